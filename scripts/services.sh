@@ -1,0 +1,382 @@
+#!/usr/bin/env bash
+# Real services for the integration tests, all on 127.0.0.1, no Docker:
+#   Pulsar standalone 4.0.x  pulsar://127.0.0.1:6650   admin http://127.0.0.1:8080
+#   Redis                    redis://127.0.0.1:6379
+#   S3 (moto_server)         http://127.0.0.1:9000     bucket feature-connector-test
+#
+# Usage: scripts/services.sh [start|stop|status|env]     (default: start)
+#   start   install what is missing, start what is down, wait until ready (idempotent)
+#   stop    stop the services this script started (by their recorded pids only)
+#   status  print up/down per service; exit 0 when all are up, 3 otherwise
+#   env     print shell exports pointing at the services
+#
+# Environment:
+#   FC_STATE_DIR     pids, logs, data, cached classpath (default: <repo>/.services)
+#   FC_JAVA_HOME     JDK for the broker (default: OpenJDK 17, else Temurin 25, else `java`)
+#   FC_PULSAR_WAIT   seconds to wait for the broker (default: 180)
+set -Eeuo pipefail
+trap 'echo "services.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE=${FC_STATE_DIR:-$ROOT/.services}
+PULSAR_DIR=$ROOT/services/pulsar
+LOGS=$STATE/logs
+
+PULSAR_BIN_PORT=6650
+PULSAR_HTTP_PORT=8080
+PULSAR_ADMIN=http://127.0.0.1:$PULSAR_HTTP_PORT
+REDIS_PORT=6379
+S3_PORT=9000
+S3_URL=http://127.0.0.1:$S3_PORT
+S3_BUCKET=feature-connector-test
+MOTO_VERSION=5.2.1
+PULSAR_WAIT=${FC_PULSAR_WAIT:-180}
+
+T0=$(date +%s)
+log() { printf '[services %3ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
+die() { log "ERROR: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- helpers
+
+# port_open PORT: something accepts TCP connections on 127.0.0.1:PORT
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+http_code() { curl -s -o /dev/null -m 5 -w '%{http_code}' "$@" 2>/dev/null || true; }
+
+redis_ping() {
+  local reply
+  reply=$( (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT" && printf 'PING\r\n' >&3 &&
+            timeout 2 head -c 7 <&3) 2>/dev/null) || return 1
+  [[ $reply == +PONG* ]]
+}
+
+# our_pid NAME MARKER: prints the pid recorded for NAME if that process is alive
+# and its command line contains MARKER (guards against a recycled pid).
+our_pid() {
+  local f=$STATE/$1.pid pid
+  [[ -s $f ]] || return 1
+  pid=$(tr -dc '0-9' <"$f")
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2" || return 1
+  echo "$pid"
+}
+
+# stop_pid NAME MARKER: TERM, wait up to 30 s, then KILL
+stop_pid() {
+  local name=$1 pid i
+  if ! pid=$(our_pid "$1" "$2"); then
+    log "$name: nothing to stop (no live process recorded in $STATE/$name.pid)"
+    rm -f "$STATE/$name.pid"
+    return 0
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 300; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$name: still alive after 30 s, sending KILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.5
+  fi
+  rm -f "$STATE/$name.pid"
+  log "$name: stopped (pid $pid)"
+}
+
+# launch NAME DIR CMD...: run CMD in DIR detached in its own session (no stdin, output to
+# $LOGS/NAME.out, the lock fd closed); the process itself writes $STATE/NAME.pid.
+launch() {
+  local name=$1 dir=$2 i
+  shift 2
+  rm -f "$STATE/$name.pid"
+  # shellcheck disable=SC2016  # $$ and $@ belong to the inner bash
+  (cd "$dir" && exec setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/$name.pid" "$@" \
+     </dev/null >"$LOGS/$name.out" 2>&1 9>&-) &
+  for ((i = 0; i < 100; i++)); do
+    [[ -s $STATE/$name.pid ]] && return 0
+    sleep 0.05
+  done
+  die "$name: could not be launched"
+}
+
+as_root() { if [[ $(id -u) == 0 ]]; then "$@"; else sudo -n "$@"; fi; }
+
+# ---------------------------------------------------------------- installs
+
+pick_java() {
+  local c
+  for c in "${FC_JAVA_HOME:-}" /usr/lib/jvm/java-17-openjdk-amd64 /usr/lib/jvm/temurin-25-jdk-amd64; do
+    if [[ -n $c && -x $c/bin/java ]]; then JAVA_HOME=$c; export JAVA_HOME; return 0; fi
+  done
+  if c=$(command -v java 2>/dev/null); then
+    JAVA_HOME=$(dirname "$(dirname "$(readlink -f "$c")")"); export JAVA_HOME; return 0
+  fi
+  return 1
+}
+
+ensure_packages() {
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v protoc >/dev/null || missing+=(protobuf-compiler)
+  command -v curl >/dev/null || missing+=(curl)
+  command -v mvn >/dev/null || missing+=(maven)
+  pick_java || missing+=(openjdk-17-jdk-headless)
+  if ((${#missing[@]})); then
+    log "apt: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -qq >"$LOGS/apt.log" 2>&1 || { tail -20 "$LOGS/apt.log"; die "apt-get update failed"; }
+    as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$LOGS/apt.log" 2>&1 ||
+      { tail -20 "$LOGS/apt.log"; die "apt-get install ${missing[*]} failed"; }
+    pick_java || die "no JDK found after installing openjdk-17-jdk-headless"
+    # Debian's postinst may start its own redis service; ours (no persistence) replaces it.
+    if [[ " ${missing[*]} " == *" redis-server "* ]] && redis_ping; then
+      as_root invoke-rc.d redis-server stop >>"$LOGS/apt.log" 2>&1 || true
+    fi
+  fi
+}
+
+# Sets MOTO_CMD to a command that runs moto's server.
+ensure_moto() {
+  if command -v moto_server >/dev/null && moto_server --help >/dev/null 2>&1; then
+    MOTO_CMD=(moto_server); return
+  fi
+  if [[ -x $STATE/venv/bin/moto_server ]]; then MOTO_CMD=("$STATE/venv/bin/moto_server"); return; fi
+  log "pip: installing moto[server]==$MOTO_VERSION"
+  if python3 -m pip install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION" \
+       >"$LOGS/pip.log" 2>&1; then
+    command -v pyenv >/dev/null && pyenv rehash 2>/dev/null || true
+    hash -r
+    if command -v moto_server >/dev/null; then MOTO_CMD=(moto_server); return; fi
+    MOTO_CMD=("$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/moto_server")
+    [[ -x ${MOTO_CMD[0]} ]] && return
+  fi
+  # e.g. an externally managed system Python: use a private venv instead
+  log "pip: falling back to a venv in $STATE/venv"
+  python3 -m venv "$STATE/venv" >>"$LOGS/pip.log" 2>&1 || die "python3 -m venv failed (see $LOGS/pip.log)"
+  "$STATE/venv/bin/pip" install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION" \
+    >>"$LOGS/pip.log" 2>&1 || { tail -20 "$LOGS/pip.log"; die "pip install moto failed"; }
+  MOTO_CMD=("$STATE/venv/bin/moto_server")
+}
+
+# Sets PULSAR_CP to the broker's classpath, resolved once per pom/settings hash.
+ensure_pulsar_classpath() {
+  local key cpfile tmp jar ok=1 jars=()
+  key=$(cat "$PULSAR_DIR/pom.xml" "$PULSAR_DIR/settings.xml" | sha256sum | cut -c1-16)
+  cpfile=$STATE/pulsar/classpath-$key.txt
+  if [[ -s $cpfile ]]; then
+    IFS=: read -r -a jars <"$cpfile" || true # the file has no trailing newline
+    for jar in "${jars[@]}"; do [[ -f $jar ]] || { ok=0; break; }; done
+    if ((ok)); then PULSAR_CP=$(<"$cpfile"); return; fi
+    log "pulsar: cached classpath refers to missing jars, resolving again"
+  fi
+  log "pulsar: resolving broker classpath with Maven (a fresh ~/.m2 downloads ~300 MB)"
+  mkdir -p "$STATE/pulsar"
+  tmp=$cpfile.tmp
+  (cd "$PULSAR_DIR" && mvn -B -q -s settings.xml -f pom.xml \
+     dependency:build-classpath -Dmdep.includeScope=runtime -Dmdep.outputFile="$tmp") \
+    </dev/null >"$LOGS/mvn.log" 2>&1 || { tail -30 "$LOGS/mvn.log"; die "mvn could not resolve the Pulsar classpath"; }
+  [[ -s $tmp ]] || die "mvn wrote no classpath (see $LOGS/mvn.log)"
+  rm -f "$STATE"/pulsar/classpath-*.txt
+  mv "$tmp" "$cpfile"
+  PULSAR_CP=$(<"$cpfile")
+  log "pulsar: classpath cached ($(tr ':' '\n' <"$cpfile" | wc -l) jars)"
+}
+
+# ---------------------------------------------------------------- pulsar
+
+pulsar_ready() {
+  [[ $(http_code "$PULSAR_ADMIN/admin/v2/namespaces/public/default") == 200 ]] &&
+    [[ $(curl -s -m 20 "$PULSAR_ADMIN/admin/v2/brokers/health" 2>/dev/null || true) == ok ]]
+}
+
+# Launches the broker in the background (does not wait).
+start_pulsar() {
+  PULSAR_STARTED=0
+  if our_pid pulsar PulsarStandaloneStarter >/dev/null; then
+    log "pulsar: already running (pid $(our_pid pulsar PulsarStandaloneStarter))"
+    return
+  fi
+  rm -f "$STATE/pulsar.pid"
+  if port_open $PULSAR_HTTP_PORT || port_open $PULSAR_BIN_PORT; then
+    if pulsar_ready; then log "pulsar: reusing a broker already answering on $PULSAR_ADMIN"; return; fi
+    die "port $PULSAR_HTTP_PORT or $PULSAR_BIN_PORT is taken by a process that is not a ready Pulsar broker"
+  fi
+  ensure_pulsar_classpath
+  local data=$STATE/pulsar/data f
+  rm -rf "$data"
+  for f in pulsar.log pulsar.out; do
+    if [[ -f $LOGS/$f ]]; then mv -f "$LOGS/$f" "$LOGS/$f.prev"; fi
+  done
+  mkdir -p "$data"
+  log "pulsar: starting $(sed -n 's:.*<pulsar.version>\(.*\)</pulsar.version>.*:\1:p' "$PULSAR_DIR/pom.xml") with $("$JAVA_HOME/bin/java" -version 2>&1 | head -1)"
+  local opts=(
+    -Xms256m -Xmx1g -XX:MaxDirectMemorySize=1g -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError
+    --add-opens java.base/java.io=ALL-UNNAMED --add-opens java.base/java.util.zip=ALL-UNNAMED
+    --add-opens java.base/java.nio=ALL-UNNAMED --add-opens java.base/jdk.internal.misc=ALL-UNNAMED
+    --add-opens java.base/sun.net=ALL-UNNAMED --add-opens java.management/sun.management=ALL-UNNAMED
+    -Dlog4j.configurationFile="$PULSAR_DIR/log4j2.xml" -Dpulsar.log.dir="$LOGS"
+    -Djute.maxbuffer=10485760 -Djava.net.preferIPv4Stack=true
+    -Dio.netty.tryReflectionSetAccessible=true -Dlog4j2.is.webapp=false
+    -Dbookkeeper.metadata.bookie.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataBookieDriver
+    -Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver
+  )
+  launch pulsar "$data" "$JAVA_HOME/bin/java" "${opts[@]}" -cp "$PULSAR_CP" \
+    org.apache.pulsar.PulsarStandaloneStarter --config "$PULSAR_DIR/standalone.conf" \
+    -nfw -nss --wipe-data -a 127.0.0.1 \
+    --metadata-dir "$data/metadata" --bookkeeper-dir "$data/bookkeeper"
+  PULSAR_STARTED=1
+  PULSAR_T0=$(date +%s)
+}
+
+pulsar_log_tail() {
+  echo "---- $LOGS/pulsar.out (tail)" >&2
+  tail -n 30 "$LOGS/pulsar.out" >&2 2>/dev/null || true
+  echo "---- $LOGS/pulsar.log (tail)" >&2
+  tail -n 40 "$LOGS/pulsar.log" 2>/dev/null | cut -c1-400 >&2 || true
+}
+
+wait_pulsar() {
+  local pid i
+  if ((${PULSAR_STARTED:-0})); then
+    pid=$(tr -dc '0-9' <"$STATE/pulsar.pid")
+  elif ! pid=$(our_pid pulsar PulsarStandaloneStarter); then
+    pulsar_ready && return 0
+    die "pulsar: not running"
+  fi
+  for ((i = 0; i < PULSAR_WAIT; i++)); do
+    if pulsar_ready; then
+      if ((${PULSAR_STARTED:-0})); then
+        log "pulsar: ready in $(($(date +%s) - PULSAR_T0)) s (pid $pid)"
+      else
+        log "pulsar: ready (pid $pid)"
+      fi
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "pulsar: broker exited during startup; last log lines:" >&2
+      pulsar_log_tail
+      rm -f "$STATE/pulsar.pid"
+      exit 1
+    fi
+    sleep 1
+  done
+  log "pulsar: not ready after $PULSAR_WAIT s; last log lines:" >&2
+  pulsar_log_tail
+  exit 1
+}
+
+# ---------------------------------------------------------------- redis
+
+start_redis() {
+  if our_pid redis redis-server >/dev/null && redis_ping; then
+    log "redis: already running (pid $(our_pid redis redis-server))"; return
+  fi
+  if redis_ping; then log "redis: reusing a server already answering PING on $REDIS_PORT"; return; fi
+  port_open $REDIS_PORT && die "port $REDIS_PORT is taken by something that does not answer Redis PING"
+  mkdir -p "$STATE/redis"
+  rm -f "$STATE/redis.pid"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --daemonize yes \
+    --pidfile "$STATE/redis.pid" --dir "$STATE/redis" --logfile "$LOGS/redis.log" \
+    --save '' --appendonly no </dev/null >/dev/null 9>&-
+  local i
+  for ((i = 0; i < 100; i++)); do
+    redis_ping && { log "redis: ready on 127.0.0.1:$REDIS_PORT (pid $(cat "$STATE/redis.pid" 2>/dev/null))"; return; }
+    sleep 0.1
+  done
+  tail -n 20 "$LOGS/redis.log" >&2 || true
+  die "redis: did not answer PING within 10 s"
+}
+
+# ---------------------------------------------------------------- s3 (moto)
+
+s3_answers() { [[ $(http_code "$S3_URL/") == 200 ]]; }
+
+start_s3() {
+  if our_pid s3 moto >/dev/null && s3_answers; then
+    log "s3: already running (pid $(our_pid s3 moto))"
+  elif s3_answers; then
+    log "s3: reusing a server already answering on $S3_URL"
+  else
+    port_open $S3_PORT && die "port $S3_PORT is taken by something that does not answer HTTP like S3"
+    ensure_moto
+    launch s3 "$STATE" "${MOTO_CMD[@]}" -H 127.0.0.1 -p "$S3_PORT"
+    local i
+    for ((i = 0; i < 300; i++)); do
+      s3_answers && break
+      kill -0 "$(cat "$STATE/s3.pid")" 2>/dev/null || { tail -n 20 "$LOGS/s3.out" >&2; die "s3: moto_server exited"; }
+      sleep 0.1
+    done
+    s3_answers || { tail -n 20 "$LOGS/s3.out" >&2; die "s3: no answer on $S3_URL within 30 s"; }
+    log "s3: ready on $S3_URL (pid $(cat "$STATE/s3.pid"))"
+  fi
+  local code
+  code=$(http_code -X PUT "$S3_URL/$S3_BUCKET")
+  case $code in
+    200 | 409) log "s3: bucket $S3_BUCKET present" ;;
+    *) die "s3: creating bucket $S3_BUCKET answered HTTP $code" ;;
+  esac
+}
+
+# ---------------------------------------------------------------- commands
+
+write_env() {
+  cat >"$STATE/env" <<EOF
+export PULSAR_URL=pulsar://127.0.0.1:$PULSAR_BIN_PORT
+export PULSAR_ADMIN_URL=$PULSAR_ADMIN
+export REDIS_URL=redis://127.0.0.1:$REDIS_PORT
+export S3_ENDPOINT=$S3_URL
+export S3_BUCKET=$S3_BUCKET
+export AWS_ACCESS_KEY_ID=testing
+export AWS_SECRET_ACCESS_KEY=testing
+export AWS_REGION=us-east-1
+export AWS_ALLOW_HTTP=true
+EOF
+}
+
+cmd_start() {
+  mkdir -p "$STATE" "$LOGS"
+  exec 9>"$STATE/.lock"
+  flock -w 600 9 || die "another services.sh holds $STATE/.lock"
+  ensure_packages
+  start_pulsar   # slowest: launched first, awaited last
+  start_redis
+  start_s3
+  wait_pulsar
+  write_env
+  log "all services up (env: source $STATE/env)"
+}
+
+cmd_stop() {
+  mkdir -p "$STATE"
+  exec 9>"$STATE/.lock"
+  flock -w 120 9 || die "another services.sh holds $STATE/.lock"
+  stop_pid pulsar PulsarStandaloneStarter &
+  stop_pid s3 moto &
+  stop_pid redis redis-server &
+  wait
+}
+
+cmd_status() {
+  local down=0 pid
+  if pid=$(our_pid pulsar PulsarStandaloneStarter); then
+    if pulsar_ready; then echo "pulsar  up    pid $pid  pulsar://127.0.0.1:$PULSAR_BIN_PORT  $PULSAR_ADMIN"
+    else echo "pulsar  starting/unhealthy  pid $pid"; down=1; fi
+  elif pulsar_ready; then echo "pulsar  up    (not started by this script)  $PULSAR_ADMIN"
+  else echo "pulsar  down"; down=1; fi
+  if pid=$(our_pid redis redis-server) && redis_ping; then echo "redis   up    pid $pid  redis://127.0.0.1:$REDIS_PORT"
+  elif redis_ping; then echo "redis   up    (not started by this script)  redis://127.0.0.1:$REDIS_PORT"
+  else echo "redis   down"; down=1; fi
+  if pid=$(our_pid s3 moto) && s3_answers; then echo "s3      up    pid $pid  $S3_URL  bucket $S3_BUCKET"
+  elif s3_answers; then echo "s3      up    (not started by this script)  $S3_URL"
+  else echo "s3      down"; down=1; fi
+  return $((down ? 3 : 0))
+}
+
+case ${1:-start} in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) rc=0 && { cmd_status || rc=$?; } && exit "$rc" ;;
+  env) mkdir -p "$STATE" && write_env && cat "$STATE/env" ;;
+  -h | --help | help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+  *) echo "usage: $0 [start|stop|status|env]" >&2; exit 2 ;;
+esac
