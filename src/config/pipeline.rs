@@ -1,0 +1,287 @@
+//! Pipeline files (`connectors/*.yaml`): one Pulsar topic into the online and offline sinks.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned};
+use crate::schema::ReaderSchema;
+use crate::sink::parquet::OfflineSinkConfig;
+use crate::sink::redis::OnlineSinkConfig;
+use crate::source::pulsar::PulsarSourceConfig;
+
+/// A pipeline file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    /// Unique pipeline name; also the feature view name in Redis keys and Parquet paths.
+    pub name: Spanned<String>,
+    /// Where the events come from.
+    pub source: PulsarSourceConfig,
+    /// The reader schema the pipeline expects.
+    pub schema: SchemaRef,
+    /// Which fields identify the entity and its event time.
+    pub entity: EntityConfig,
+    /// Which fields are features: `all` (every field that is not a key or the event time)
+    /// or a list of names.
+    #[serde(default)]
+    pub features: Option<Spanned<FeatureSelection>>,
+    /// The Redis online sink; absent or `enabled: false` turns it off.
+    #[serde(default)]
+    pub online: Option<OnlineSinkConfig>,
+    /// The Parquet offline sink; absent or `enabled: false` turns it off.
+    #[serde(default)]
+    pub offline: Option<OfflineSinkConfig>,
+}
+
+/// Reference to a schema file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaRef {
+    /// Path of the Avro schema (`.avsc`), relative to the project root.
+    pub file: Spanned<String>,
+}
+
+/// Entity identity and event time.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntityConfig {
+    /// Field(s) whose values identify the entity (join keys).
+    pub keys: Spanned<Vec<String>>,
+    /// Field holding the event time (`long` millis or a timestamp logical type).
+    pub event_time: Spanned<String>,
+}
+
+/// `features: all` or `features: [a, b]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FeatureSelection {
+    /// The word `all`.
+    Word(String),
+    /// Explicit feature field names.
+    List(Vec<String>),
+}
+
+/// A pipeline after every check passed: names resolved against the schema.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// Unique pipeline name.
+    pub name: String,
+    /// The file it came from.
+    pub file: PathBuf,
+    /// Source settings.
+    pub source: PulsarSourceConfig,
+    /// The parsed reader schema.
+    pub schema: ReaderSchema,
+    /// Entity key fields, in order.
+    pub entity_keys: Vec<String>,
+    /// Event-time field.
+    pub event_time: String,
+    /// Feature fields, in schema order.
+    pub features: Vec<String>,
+    /// Online sink, when enabled.
+    pub online: Option<OnlineSinkConfig>,
+    /// Offline sink, when enabled.
+    pub offline: Option<OfflineSinkConfig>,
+}
+
+/// Loads and checks every `*.yaml`/`*.yml` file in `connectors_dir`. Relative paths inside
+/// are resolved against `root`. All problems of all files are reported together.
+pub fn load_pipelines(
+    connectors_dir: &Path,
+    root: &Path,
+) -> Result<Vec<PipelineConfig>, ConfigError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(connectors_dir)
+        .map_err(|e| {
+            ConfigError::single(ConfigIssue {
+                file: connectors_dir.to_path_buf(),
+                line: None,
+                key: None,
+                message: format!("cannot read the connectors folder: {e}"),
+            })
+        })?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(ConfigError::single(ConfigIssue {
+            file: connectors_dir.to_path_buf(),
+            line: None,
+            key: None,
+            message: "no pipeline files (*.yaml) found".into(),
+        }));
+    }
+    let mut issues = Vec::new();
+    let mut pipelines = Vec::new();
+    let mut names: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for file in files {
+        let parsed: PipelineFile = match read_yaml_file(&file) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                issues.extend(e.issues);
+                continue;
+            }
+        };
+        if let Some(first) = names.get(&parsed.name.value) {
+            issues.push(issue_at(
+                &file,
+                &parsed.name,
+                "name",
+                format!(
+                    "pipeline name `{}` is already used by {}",
+                    parsed.name.value,
+                    first.display()
+                ),
+            ));
+            continue;
+        }
+        names.insert(parsed.name.value.clone(), file.clone());
+        match check(&file, root, parsed) {
+            Ok(pipeline) => pipelines.push(pipeline),
+            Err(mut found) => issues.append(&mut found),
+        }
+    }
+    if issues.is_empty() {
+        Ok(pipelines)
+    } else {
+        Err(ConfigError { issues })
+    }
+}
+
+fn check(
+    file: &Path,
+    root: &Path,
+    parsed: PipelineFile,
+) -> Result<PipelineConfig, Vec<ConfigIssue>> {
+    let mut issues = Vec::new();
+    let name = &parsed.name;
+    let name_ok = !name.value.is_empty()
+        && name
+            .value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !name_ok {
+        issues.push(issue_at(
+            file,
+            name,
+            "name",
+            "use letters, digits, `_` and `-` only",
+        ));
+    }
+    issues.extend(parsed.source.check(file));
+
+    let schema_path = resolve_path(root, &parsed.schema.file.value);
+    let schema = match ReaderSchema::load(&schema_path) {
+        Ok(schema) => Some(schema),
+        Err(e) => {
+            issues.push(issue_at(
+                file,
+                &parsed.schema.file,
+                "schema.file",
+                e.to_string(),
+            ));
+            None
+        }
+    };
+
+    let keys = &parsed.entity.keys;
+    if keys.value.is_empty() {
+        issues.push(issue_at(
+            file,
+            keys,
+            "entity.keys",
+            "name at least one entity key field",
+        ));
+    }
+    let event_time = &parsed.entity.event_time;
+    let mut features = Vec::new();
+    if let Some(schema) = &schema {
+        for key in &keys.value {
+            if let Err(e) = schema.check_key_field(key) {
+                issues.push(issue_at(file, keys, "entity.keys", e.to_string()));
+            }
+        }
+        if let Err(e) = schema.check_event_time_field(&event_time.value) {
+            issues.push(issue_at(
+                file,
+                event_time,
+                "entity.event_time",
+                e.to_string(),
+            ));
+        }
+        let not_feature = |f: &str| keys.value.iter().any(|k| k == f) || f == event_time.value;
+        match &parsed.features {
+            None => features = schema.field_names().filter(|f| !not_feature(f)).collect(),
+            Some(sel) => {
+                match &sel.value {
+                    FeatureSelection::Word(w) if w == "all" => {
+                        features = schema.field_names().filter(|f| !not_feature(f)).collect();
+                    }
+                    FeatureSelection::Word(w) => issues.push(issue_at(
+                        file,
+                        sel,
+                        "features",
+                        format!("expected `all` or a list of field names, found `{w}`"),
+                    )),
+                    FeatureSelection::List(list) => {
+                        for feature in list {
+                            if !schema.has_field(feature) {
+                                issues.push(issue_at(
+                                    file,
+                                    sel,
+                                    "features",
+                                    format!(
+                                        "field `{feature}` is not in schema {}",
+                                        schema_path.display()
+                                    ),
+                                ));
+                            } else if not_feature(feature) {
+                                issues.push(issue_at(
+                                file,
+                                sel,
+                                "features",
+                                format!("`{feature}` is an entity key or the event time, not a feature"),
+                            ));
+                            }
+                        }
+                        features = list.clone();
+                    }
+                }
+            }
+        }
+    }
+
+    let online = parsed.online.filter(|o| o.enabled);
+    let offline = parsed.offline.filter(|o| o.enabled);
+    if let Some(online) = &online {
+        issues.extend(online.check(file));
+    }
+    if let Some(offline) = &offline {
+        issues.extend(offline.check(file));
+    }
+    if online.is_none() && offline.is_none() {
+        issues.push(ConfigIssue {
+            file: file.to_path_buf(),
+            line: None,
+            key: Some("online".into()),
+            message: "both sinks are disabled; enable `online` or `offline`".into(),
+        });
+    }
+
+    match schema {
+        Some(schema) if issues.is_empty() => Ok(PipelineConfig {
+            name: parsed.name.value,
+            file: file.to_path_buf(),
+            source: parsed.source,
+            schema,
+            entity_keys: keys.value.clone(),
+            event_time: event_time.value.clone(),
+            features,
+            online,
+            offline,
+        }),
+        _ => Err(issues),
+    }
+}
