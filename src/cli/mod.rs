@@ -1,0 +1,121 @@
+//! Command-line interface: `run`, `validate`, `produce`.
+
+mod produce;
+mod run;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{load_pipelines, ConfigError, PipelineConfig, ServiceConfig};
+
+/// Exit status for configuration errors (as `validate` documents).
+pub const EXIT_CONFIG: u8 = 2;
+
+/// feature-connector: Pulsar feature topics into Redis (online) and Parquet (offline).
+#[derive(Debug, Parser)]
+#[command(name = "feature-connector", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Consume every pipeline's topic into its sinks until SIGTERM/SIGINT.
+    Run(ConfigArgs),
+    /// Check the service file, every pipeline file and their schemas; exit 2 on problems.
+    Validate(ConfigArgs),
+    /// Publish deterministic sample Avro events to a pipeline's topic.
+    Produce(produce::ProduceArgs),
+}
+
+/// Where the configuration is.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// Project root: relative paths in pipeline files (schemas, file:// stores) resolve here.
+    #[arg(long, default_value = ".", env = "FC_ROOT")]
+    root: PathBuf,
+    /// Service file; the embedded config/default.yaml when not given.
+    #[arg(long, env = "FC_CONFIG")]
+    config: Option<PathBuf>,
+    /// Folder of pipeline files; `<root>/connectors` when not given.
+    #[arg(long, env = "FC_CONNECTORS")]
+    connectors: Option<PathBuf>,
+}
+
+impl ConfigArgs {
+    fn connectors_dir(&self) -> PathBuf {
+        self.connectors
+            .clone()
+            .unwrap_or_else(|| self.root.join("connectors"))
+    }
+
+    /// Loads the service file and every pipeline, reporting all problems together.
+    fn load(&self) -> Result<(ServiceConfig, Vec<PipelineConfig>), ConfigError> {
+        let service = ServiceConfig::load(self.config.as_deref());
+        let pipelines = load_pipelines(&self.connectors_dir(), &self.root);
+        match (service, pipelines) {
+            (Ok(service), Ok(pipelines)) => Ok((service, pipelines)),
+            (service, pipelines) => {
+                let mut issues = Vec::new();
+                if let Err(e) = service {
+                    issues.extend(e.issues);
+                }
+                if let Err(e) = pipelines {
+                    issues.extend(e.issues);
+                }
+                Err(ConfigError { issues })
+            }
+        }
+    }
+
+    fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// Parses the command line and runs it.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Validate(args) => validate::validate(&args),
+            Command::Produce(args) => produce::produce(args).await,
+        }
+    })
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pulsar=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    if std::env::var("FC_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn print_config_error(error: &ConfigError) {
+    for issue in &error.issues {
+        eprintln!("error: {issue}");
+    }
+}

@@ -1,0 +1,67 @@
+//! `feature-connector run`.
+
+use std::process::ExitCode;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
+
+/// Runs all pipelines until SIGTERM/SIGINT, then drains within the shutdown deadline.
+pub async fn run(args: ConfigArgs) -> ExitCode {
+    let (service, pipelines) = match args.load() {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            print_config_error(&e);
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let cancel = CancellationToken::new();
+    let deadline = service.shutdown_timeout;
+    let signals = tokio::spawn(wait_for_signal(cancel.clone()));
+    tracing::info!(pipelines = pipelines.len(), "starting");
+    let runtime = crate::pipeline::run(&service, &pipelines, args.root(), cancel.clone());
+    tokio::pin!(runtime);
+    let outcome = tokio::select! {
+        outcome = &mut runtime => outcome,
+        () = async { cancel.cancelled().await; tokio::time::sleep(deadline).await } => {
+            tracing::error!(?deadline, "shutdown deadline passed; exiting without the last acknowledgements");
+            signals.abort();
+            return ExitCode::FAILURE;
+        }
+    };
+    signals.abort();
+    match outcome {
+        Ok(()) => {
+            tracing::info!("stopped cleanly");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "stopped with an error");
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn wait_for_signal(cancel: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot install signal handlers");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    cancel.cancel();
+}

@@ -1,0 +1,15 @@
+//! feature-connector: consumes Pulsar feature topics, checks each message against the
+//! pipeline's schema, writes the newest value per entity to Redis and every row to Parquet.
+//!
+//! Data flow, one folder per role: [`source`] → [`schema`] (decode) → [`record`] →
+//! [`sink`] (redis, parquet), wired by [`pipeline`]; [`config`] loads the YAML.
+
+pub mod cli;
+pub mod config;
+pub mod pipeline;
+pub mod record;
+pub mod retry;
+pub mod sample;
+pub mod schema;
+pub mod sink;
+pub mod source;

@@ -1,0 +1,5 @@
+//! The `feature-connector` binary; everything lives in the library.
+
+fn main() -> std::process::ExitCode {
+    feature_connector::cli::main()
+}

@@ -1,0 +1,128 @@
+//! The dead-letter topic: messages that cannot be decoded go there with the reason, and are
+//! acknowledged only after the broker stored them there.
+
+use pulsar::producer::{Producer, ProducerOptions};
+use pulsar::{Pulsar, TokioExecutor};
+use tokio_util::sync::CancellationToken;
+
+use crate::retry::Backoff;
+use crate::schema::DecodeFailure;
+use crate::sink::SinkError;
+use crate::source::SourceMessage;
+
+/// Publishes undecodable messages, unchanged, with properties that say why.
+pub struct DeadLetter {
+    pulsar: Pulsar<TokioExecutor>,
+    topic: String,
+    pipeline: String,
+    producer: Option<Producer<TokioExecutor>>,
+    cancel: CancellationToken,
+}
+
+impl DeadLetter {
+    /// A dead-letter publisher for `pipeline` writing to `topic`.
+    pub fn new(
+        pulsar: Pulsar<TokioExecutor>,
+        topic: String,
+        pipeline: &str,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self {
+            pulsar,
+            topic,
+            pipeline: pipeline.to_string(),
+            producer: None,
+            cancel,
+        }
+    }
+
+    /// Publishes each failed message and waits for the broker's receipts; retries with
+    /// backoff until stored or cancelled.
+    pub async fn publish(
+        &mut self,
+        messages: &[SourceMessage],
+        failures: &[DecodeFailure],
+    ) -> Result<(), SinkError> {
+        if failures.is_empty() {
+            return Ok(());
+        }
+        let mut backoff = Backoff::default();
+        loop {
+            match self.publish_once(messages, failures).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    self.producer = None;
+                    let wait = backoff.next_delay();
+                    tracing::warn!(topic = %self.topic, error = %e, retry_in = ?wait, "dead-letter publish failed; retrying");
+                    tokio::select! {
+                        () = self.cancel.cancelled() => {
+                            return Err(SinkError::Cancelled("the dead-letter topic was unreachable".into()));
+                        }
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn publish_once(
+        &mut self,
+        messages: &[SourceMessage],
+        failures: &[DecodeFailure],
+    ) -> Result<(), pulsar::Error> {
+        if self.producer.is_none() {
+            let producer = self
+                .pulsar
+                .producer()
+                .with_topic(&self.topic)
+                .with_name(format!(
+                    "feature-connector-dlq-{}-{}",
+                    self.pipeline,
+                    uuid::Uuid::new_v4()
+                ))
+                .with_options(ProducerOptions {
+                    block_queue_if_full: true,
+                    ..Default::default()
+                })
+                .build()
+                .await?;
+            self.producer = Some(producer);
+        }
+        let Some(producer) = self.producer.as_mut() else {
+            return Ok(());
+        };
+        let mut receipts = Vec::with_capacity(failures.len());
+        for failure in failures {
+            let Some(message) = messages.get(failure.index) else {
+                continue;
+            };
+            let mut builder = producer
+                .create_message()
+                .with_content(message.payload.clone());
+            for (key, value) in &message.properties {
+                builder = builder.with_property(key.clone(), value.clone());
+            }
+            builder = builder
+                .with_property("reason", failure.reason)
+                .with_property("reason_detail", failure.detail.clone())
+                .with_property("pipeline", self.pipeline.clone())
+                .with_property("original_topic", message.position.topic.clone())
+                .with_property("original_message_id", message.position.display_id())
+                .with_property(
+                    "schema_version",
+                    message
+                        .schema_version
+                        .map_or_else(|| "none".to_string(), |v| v.to_string()),
+                );
+            if let Some(key) = &message.key {
+                builder = builder.with_key(key.clone());
+            }
+            receipts.push(builder.send_non_blocking().await?);
+        }
+        for receipt in receipts {
+            receipt.await?;
+        }
+        tracing::warn!(topic = %self.topic, count = failures.len(), "messages sent to the dead-letter topic");
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+//! A lane: one subscription feeding one sink, acknowledging what the sink made durable.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::dead_letter::DeadLetter;
+use crate::record::RowBatch;
+use crate::retry::Backoff;
+use crate::schema::AvroDecoder;
+use crate::sink::{Sink, SinkError};
+use crate::source::{MessagePosition, Source, SourceError};
+
+/// A lane stopped for a reason other than shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum LaneError {
+    /// The sink cannot go on.
+    #[error("pipeline `{pipeline}` {sink} sink: {source}")]
+    Sink {
+        /// Pipeline name.
+        pipeline: String,
+        /// Sink kind.
+        sink: &'static str,
+        /// Why.
+        source: SinkError,
+    },
+    /// The source cannot go on.
+    #[error("pipeline `{pipeline}` {sink} lane source: {source}")]
+    Source {
+        /// Pipeline name.
+        pipeline: String,
+        /// Sink kind.
+        sink: &'static str,
+        /// Why.
+        source: SourceError,
+    },
+}
+
+/// How long a lane waits for messages before giving its sink a time-based tick.
+const IDLE_TICK: Duration = Duration::from_millis(200);
+
+/// Source → decoder → (dead letters) → sink → acknowledgements, one batch at a time; a slow
+/// or down sink therefore pauses consumption of its own subscription only.
+pub struct Lane {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Where messages come from.
+    pub source: Box<dyn Source>,
+    /// Payload decoder.
+    pub decoder: AvroDecoder,
+    /// Where rows go.
+    pub sink: Box<dyn Sink>,
+    /// Publisher for undecodable messages; `None` when another lane of the pipeline owns it.
+    pub dead_letter: Option<DeadLetter>,
+    /// Most messages per batch.
+    pub max_batch: usize,
+    /// Longest wait to fill a batch.
+    pub linger: Duration,
+    /// Shutdown signal.
+    pub cancel: CancellationToken,
+}
+
+impl Lane {
+    /// Runs until shutdown, then flushes the sink and acknowledges what it committed.
+    pub async fn run(mut self) -> Result<(), LaneError> {
+        let span = tracing::info_span!("lane", pipeline = %self.pipeline, sink = self.sink.kind());
+        async move {
+            tracing::info!("lane started");
+            let result = self.consume().await;
+            let flushed = match self.sink.flush().await {
+                Ok(durable) => self.ack(&durable).await,
+                Err(SinkError::Cancelled(why)) => {
+                    tracing::warn!(%why, "shutdown before the last rows were durable; they will be redelivered");
+                    Ok(())
+                }
+                Err(source) => Err(self.sink_error(source)),
+            };
+            self.source.close().await;
+            tracing::info!("lane stopped");
+            result.and(flushed)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn consume(&mut self) -> Result<(), LaneError> {
+        loop {
+            let messages = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Ok(()),
+                batch = self.source.next_batch(self.max_batch, self.linger, IDLE_TICK) => {
+                    batch.map_err(|source| self.source_error(source))?
+                }
+            };
+            if !messages.is_empty() {
+                let batch_span = tracing::debug_span!("batch", messages = messages.len());
+                let Some(durable) = self.process(messages).instrument(batch_span).await? else {
+                    return Ok(());
+                };
+                self.ack(&durable).await?;
+            }
+            match self.sink.tick().await {
+                Ok(durable) => self.ack(&durable).await?,
+                Err(SinkError::Cancelled(_)) => return Ok(()),
+                Err(source) => return Err(self.sink_error(source)),
+            }
+        }
+    }
+
+    /// Decodes, dead-letters and writes one batch; `None` when shutdown interrupted it.
+    async fn process(
+        &mut self,
+        messages: Vec<crate::source::SourceMessage>,
+    ) -> Result<Option<Vec<MessagePosition>>, LaneError> {
+        let mut backoff = Backoff::default();
+        let decoded = loop {
+            match self.decoder.decode(&messages).await {
+                Ok(decoded) => break decoded,
+                Err(e) => {
+                    let wait = backoff.next_delay();
+                    tracing::warn!(error = %e, retry_in = ?wait, "cannot decode batch yet; retrying");
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return Ok(None),
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        };
+        if !decoded.failures.is_empty() {
+            for failure in &decoded.failures {
+                if let Some(message) = messages.get(failure.index) {
+                    tracing::warn!(message_id = %message.position.display_id(), reason = failure.reason, detail = %failure.detail, "message cannot be decoded");
+                }
+            }
+            if let Some(dead_letter) = self.dead_letter.as_mut() {
+                match dead_letter.publish(&messages, &decoded.failures).await {
+                    Ok(()) => {}
+                    Err(SinkError::Cancelled(_)) => return Ok(None),
+                    Err(source) => return Err(self.sink_error(source)),
+                }
+            }
+        }
+        let batch = RowBatch {
+            rows: decoded.rows,
+            positions: messages.into_iter().map(|m| m.position).collect(),
+        };
+        match self.sink.write(batch).await {
+            Ok(durable) => Ok(Some(durable)),
+            Err(SinkError::Cancelled(_)) => Ok(None),
+            Err(source) => Err(self.sink_error(source)),
+        }
+    }
+
+    async fn ack(&mut self, durable: &[MessagePosition]) -> Result<(), LaneError> {
+        if durable.is_empty() {
+            return Ok(());
+        }
+        self.source
+            .ack(durable)
+            .await
+            .map_err(|source| self.source_error(source))
+    }
+
+    fn sink_error(&self, source: SinkError) -> LaneError {
+        LaneError::Sink {
+            pipeline: self.pipeline.clone(),
+            sink: self.sink.kind(),
+            source,
+        }
+    }
+
+    fn source_error(&self, source: SourceError) -> LaneError {
+        LaneError::Source {
+            pipeline: self.pipeline.clone(),
+            sink: self.sink.kind(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The runtime: turns checked pipeline configs into lanes and runs them until shutdown.
+//!
+//! Each sink of a pipeline gets its own lane and its own durable subscription
+//! (`<subscription>-online`, `<subscription>-offline`), so each acknowledges at its own pace
+//! and one sink being down never stalls the other (see README, "Acknowledgements").
+
+mod dead_letter;
+mod lane;
+
+use std::path::Path;
+
+use pulsar::{Pulsar, TokioExecutor};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use dead_letter::DeadLetter;
+pub use lane::{Lane, LaneError};
+
+use crate::config::{PipelineConfig, ServiceConfig};
+use crate::record::RowLayout;
+use crate::schema::{AvroDecoder, SchemaRegistry};
+use crate::sink::parquet::{open_store, ParquetSink};
+use crate::sink::redis::RedisSink;
+use crate::sink::Sink;
+use crate::source::pulsar::{PulsarSource, SubscriptionKind};
+use crate::source::{AckMode, SourceError};
+
+/// The runtime could not start or a lane failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A pipeline could not be set up.
+    #[error("pipeline `{pipeline}`: {message}")]
+    Setup {
+        /// Pipeline name.
+        pipeline: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Pulsar could not be reached at start.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A lane stopped with an error.
+    #[error(transparent)]
+    Lane(#[from] LaneError),
+}
+
+/// Starts every lane of every pipeline, then waits until `cancel` fires and all lanes have
+/// flushed. The first lane error cancels the others and is returned.
+pub async fn run(
+    service: &ServiceConfig,
+    pipelines: &[PipelineConfig],
+    root: &Path,
+    cancel: CancellationToken,
+) -> Result<(), RuntimeError> {
+    let pulsar = PulsarSource::connect(&service.pulsar.url).await?;
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| RuntimeError::Setup {
+            pipeline: "*".into(),
+            message: format!("HTTP client: {e}"),
+        })?;
+    let mut lanes = Vec::new();
+    for pipeline in pipelines {
+        lanes.extend(build_lanes(service, pipeline, root, &pulsar, &http, &cancel).await?);
+    }
+    let mut tasks = JoinSet::new();
+    for lane in lanes {
+        tasks.spawn(lane.run());
+    }
+    let mut first_error = None;
+    while let Some(joined) = tasks.join_next().await {
+        let outcome = match joined {
+            Ok(outcome) => outcome.map_err(RuntimeError::from),
+            Err(e) => Err(RuntimeError::Setup {
+                pipeline: "*".into(),
+                message: format!("lane task panicked: {e}"),
+            }),
+        };
+        if let Err(e) = outcome {
+            tracing::error!(error = %e, "lane failed; stopping");
+            cancel.cancel();
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+async fn build_lanes(
+    service: &ServiceConfig,
+    pipeline: &PipelineConfig,
+    root: &Path,
+    pulsar: &Pulsar<TokioExecutor>,
+    http: &reqwest::Client,
+    cancel: &CancellationToken,
+) -> Result<Vec<Lane>, RuntimeError> {
+    let setup = |message: String| RuntimeError::Setup {
+        pipeline: pipeline.name.clone(),
+        message,
+    };
+    let rows = RowLayout {
+        keys: pipeline.entity_keys.clone(),
+        event_time: pipeline.event_time.clone(),
+        features: pipeline.features.clone(),
+    };
+    let source = &pipeline.source;
+    let decoder = || {
+        AvroDecoder::new(
+            &source.topic.value,
+            pipeline.schema.clone(),
+            SchemaRegistry::new(http.clone(), &service.pulsar.admin_url),
+            rows.columns(),
+            source.max_batch_messages,
+        )
+        .map_err(|e| setup(format!("reader schema: {e}")))
+    };
+    let mut lanes = Vec::new();
+    let mut dead_letter_owner_taken = false;
+    let lane = |sink: Box<dyn Sink>,
+                subscription: PulsarSource,
+                dead_letter_owner: bool|
+     -> Result<Lane, RuntimeError> {
+        Ok(Lane {
+            pipeline: pipeline.name.clone(),
+            source: Box::new(subscription),
+            decoder: decoder()?,
+            sink,
+            dead_letter: dead_letter_owner.then(|| {
+                DeadLetter::new(
+                    pulsar.clone(),
+                    source.dead_letter_topic(),
+                    &pipeline.name,
+                    cancel.clone(),
+                )
+            }),
+            max_batch: source.max_batch_messages,
+            linger: source.max_batch_wait,
+            cancel: cancel.clone(),
+        })
+    };
+
+    if let Some(online) = &pipeline.online {
+        let sink = RedisSink::connect(
+            &service.redis,
+            online,
+            &pipeline.name,
+            rows.clone(),
+            cancel.clone(),
+        )
+        .await
+        .map_err(|e| setup(e.to_string()))?;
+        let subscription = PulsarSource::subscribe(
+            pulsar.clone(),
+            source,
+            format!("{}-online", source.subscription.value),
+            source.subscription_type,
+            AckMode::Individual,
+        )
+        .await?;
+        lanes.push(lane(Box::new(sink), subscription, true)?);
+        dead_letter_owner_taken = true;
+    }
+    if let Some(offline) = &pipeline.offline {
+        let url = offline
+            .url
+            .as_ref()
+            .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
+        let (store, prefix) =
+            open_store(url, root, &service.offline.options).map_err(|e| setup(e.to_string()))?;
+        let schema = decoder()?.output_schema();
+        let sink = ParquetSink::new(
+            store,
+            prefix,
+            &pipeline.name,
+            offline.clone(),
+            schema,
+            cancel.clone(),
+        );
+        // Cumulative acknowledgement needs a single active consumer per topic partition.
+        let kind = match source.subscription_type {
+            SubscriptionKind::Exclusive => SubscriptionKind::Exclusive,
+            _ => SubscriptionKind::Failover,
+        };
+        let subscription = PulsarSource::subscribe(
+            pulsar.clone(),
+            source,
+            format!("{}-offline", source.subscription.value),
+            kind,
+            AckMode::Cumulative,
+        )
+        .await?;
+        lanes.push(lane(
+            Box::new(sink),
+            subscription,
+            !dead_letter_owner_taken,
+        )?);
+    }
+    Ok(lanes)
+}

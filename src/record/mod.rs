@@ -1,0 +1,84 @@
+//! Decoded rows as they travel to the sinks: an Arrow batch plus the messages behind it.
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{
+    DataType, Int64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType,
+};
+
+use crate::source::MessagePosition;
+
+/// One processing batch handed to a sink.
+#[derive(Debug, Clone)]
+pub struct RowBatch {
+    /// Rows of the messages that decoded: entity keys, event time, then features.
+    pub rows: RecordBatch,
+    /// Every message of the batch in receive order, including those that went to the
+    /// dead-letter topic: a sink reports them durable together with its rows.
+    pub positions: Vec<MessagePosition>,
+}
+
+/// Where the entity key, event time and feature columns are in a row batch.
+#[derive(Debug, Clone)]
+pub struct RowLayout {
+    /// Entity key column names, in key order.
+    pub keys: Vec<String>,
+    /// Event-time column name.
+    pub event_time: String,
+    /// Feature column names.
+    pub features: Vec<String>,
+}
+
+impl RowLayout {
+    /// All columns of the row batch, in order: keys, event time, features.
+    pub fn columns(&self) -> Vec<String> {
+        let mut columns = self.keys.clone();
+        columns.push(self.event_time.clone());
+        columns.extend(self.features.iter().cloned());
+        columns
+    }
+}
+
+/// Event time of `row` in epoch milliseconds, from a `long` (millis) or timestamp column.
+pub fn event_time_millis(column: &ArrayRef, row: usize) -> Option<i64> {
+    if column.is_null(row) {
+        return None;
+    }
+    Some(match column.data_type() {
+        DataType::Int64 => column.as_primitive::<Int64Type>().value(row),
+        DataType::Timestamp(TimeUnit::Second, _) => column
+            .as_primitive::<TimestampSecondType>()
+            .value(row)
+            .saturating_mul(1000),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            column.as_primitive::<TimestampMillisecondType>().value(row)
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            column.as_primitive::<TimestampMicrosecondType>().value(row) / 1000
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+            column.as_primitive::<TimestampNanosecondType>().value(row) / 1_000_000
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, TimestampMicrosecondArray};
+
+    use super::*;
+
+    #[test]
+    fn event_time_from_long_and_timestamps() {
+        let longs: ArrayRef = Arc::new(Int64Array::from(vec![Some(1_700_000_000_123), None]));
+        assert_eq!(event_time_millis(&longs, 0), Some(1_700_000_000_123));
+        assert_eq!(event_time_millis(&longs, 1), None);
+        let micros: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from(vec![1_700_000_000_123_456]).with_timezone("+00:00"),
+        );
+        assert_eq!(event_time_millis(&micros, 0), Some(1_700_000_000_123));
+    }
+}

@@ -1,0 +1,135 @@
+//! Settings of the Parquet offline sink.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::{issue_at, ConfigIssue, Spanned};
+
+/// Defaults for the object store (service file, `offline:`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectStoreServiceConfig {
+    /// Store URL for pipelines that do not set `offline.url`.
+    pub default_url: String,
+    /// `object_store` options such as `aws_endpoint`; empty values are ignored.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+/// Parquet column compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Zstandard at `zstd_level`.
+    #[default]
+    Zstd,
+    /// Snappy.
+    Snappy,
+    /// LZ4 (raw).
+    Lz4,
+    /// No compression.
+    None,
+}
+
+/// The offline sink of a pipeline (pipeline file, `offline:`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfflineSinkConfig {
+    /// `false` turns the offline sink off.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// `file://path` (relative to the project root), `s3://bucket/prefix`, `gs://…`,
+    /// `az://…`; default: the service's `offline.default_url`.
+    #[serde(default)]
+    pub url: Option<Spanned<String>>,
+    /// A file is written once it holds this many rows.
+    #[serde(default = "default_rollover_rows")]
+    pub rollover_rows: usize,
+    /// A file is written once its first row is this old.
+    #[serde(default = "default_rollover_interval", with = "humantime_serde")]
+    pub rollover_interval: Duration,
+    /// Column compression.
+    #[serde(default)]
+    pub compression: Compression,
+    /// Zstandard level (1–22).
+    #[serde(default = "default_zstd_level")]
+    pub zstd_level: i32,
+    /// Rows per Parquet row group.
+    #[serde(default = "default_row_group_rows")]
+    pub row_group_rows: usize,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_rollover_rows() -> usize {
+    100_000
+}
+fn default_rollover_interval() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_zstd_level() -> i32 {
+    3
+}
+fn default_row_group_rows() -> usize {
+    128 * 1024
+}
+
+/// URL schemes the offline sink accepts.
+pub const STORE_SCHEMES: &[&str] = &["file", "s3", "s3a", "gs", "az", "abfs", "abfss", "memory"];
+
+impl OfflineSinkConfig {
+    /// Problems a YAML parser cannot see.
+    pub fn check(&self, file: &Path) -> Vec<ConfigIssue> {
+        let mut issues = Vec::new();
+        if let Some(url) = &self.url {
+            if let Err(message) = check_store_url(&url.value) {
+                issues.push(issue_at(file, url, "offline.url", message));
+            }
+        }
+        let plain = |key: &str, message: &str| ConfigIssue {
+            file: file.to_path_buf(),
+            line: None,
+            key: Some(key.into()),
+            message: message.into(),
+        };
+        if self.rollover_rows == 0 {
+            issues.push(plain("offline.rollover_rows", "must be at least 1"));
+        }
+        if self.rollover_interval.is_zero() {
+            issues.push(plain("offline.rollover_interval", "must be positive"));
+        }
+        if !(1..=22).contains(&self.zstd_level) {
+            issues.push(plain("offline.zstd_level", "must be between 1 and 22"));
+        }
+        if self.row_group_rows == 0 {
+            issues.push(plain("offline.row_group_rows", "must be at least 1"));
+        }
+        issues
+    }
+}
+
+/// Checks that `url` names a supported object store.
+pub fn check_store_url(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!(
+            "`{url}` is not a URL; write file://path or s3://bucket/prefix"
+        ));
+    };
+    if !STORE_SCHEMES.contains(&scheme) {
+        return Err(format!(
+            "unsupported scheme `{scheme}://` (use one of: {})",
+            STORE_SCHEMES.join(", ")
+        ));
+    }
+    if rest.trim_matches('/').is_empty() && scheme != "memory" {
+        return Err(format!("`{url}` names no path or bucket"));
+    }
+    if scheme != "file" && scheme != "memory" {
+        url::Url::parse(url).map_err(|e| format!("`{url}` is not a valid URL: {e}"))?;
+    }
+    Ok(())
+}

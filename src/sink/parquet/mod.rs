@@ -1,0 +1,10 @@
+//! The Parquet offline sink: rows buffered per pipeline, written as one file per rollover to
+//! any `object_store` backend, acknowledged only once the file is committed.
+
+mod config;
+mod store;
+mod writer;
+
+pub use config::{Compression, ObjectStoreServiceConfig, OfflineSinkConfig};
+pub use store::{open_store, StoreError};
+pub use writer::ParquetSink;

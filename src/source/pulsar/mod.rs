@@ -1,0 +1,272 @@
+//! The Pulsar source: one durable subscription per sink lane, rebuilt when its stream fails.
+
+mod acks;
+mod config;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use pulsar::consumer::{ConsumerOptions, InitialPosition};
+use pulsar::message::proto::command_subscribe::SubType;
+use pulsar::message::proto::MessageIdData;
+use pulsar::{Consumer, Pulsar, TokioExecutor};
+
+pub use acks::{acks_for, AckTarget};
+pub use config::{PulsarServiceConfig, PulsarSourceConfig, StartPosition, SubscriptionKind};
+
+use super::{AckMode, Source, SourceMessage};
+use crate::retry::Backoff;
+
+/// Errors of the Pulsar source, with the topic and subscription they concern.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Connecting to the cluster failed.
+    #[error("cannot connect to Pulsar at {url}: {source}")]
+    Connect {
+        /// The service URL.
+        url: String,
+        /// Why.
+        source: pulsar::Error,
+    },
+    /// Subscribing failed (e.g. an Exclusive subscription already has a consumer).
+    #[error("cannot subscribe `{subscription}` to {topic}: {source}")]
+    Subscribe {
+        /// Topic.
+        topic: String,
+        /// Subscription.
+        subscription: String,
+        /// Why.
+        source: pulsar::Error,
+    },
+    /// Sending an acknowledgement failed.
+    #[error("cannot acknowledge on {topic} (`{subscription}`): {reason}")]
+    Ack {
+        /// Topic.
+        topic: String,
+        /// Subscription.
+        subscription: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Where a message sits in its topic: enough to acknowledge it later without keeping it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessagePosition {
+    /// The topic (or partition) it came from.
+    pub topic: String,
+    /// Ledger, entry and index within a producer batch.
+    pub id: MessageIdData,
+    /// Messages in the producer batch (entry) it belongs to, if batched.
+    pub batch_size: Option<i32>,
+}
+
+impl MessagePosition {
+    /// Whether this is the last message of its entry: acknowledging it covers the entry.
+    pub fn completes_entry(&self) -> bool {
+        match (self.id.batch_index, self.batch_size) {
+            (Some(index), Some(size)) => index + 1 >= size,
+            _ => true,
+        }
+    }
+
+    /// `ledger:entry:index`, as shown in logs and file metadata.
+    pub fn display_id(&self) -> String {
+        format!(
+            "{}:{}:{}",
+            self.id.ledger_id,
+            self.id.entry_id,
+            self.id.batch_index.unwrap_or(-1)
+        )
+    }
+}
+
+/// A subscription of one lane to one topic.
+pub struct PulsarSource {
+    pulsar: Pulsar<TokioExecutor>,
+    topic: String,
+    subscription: String,
+    sub_type: SubType,
+    initial_position: InitialPosition,
+    receiver_queue_size: u32,
+    ack_mode: AckMode,
+    consumer: Option<Consumer<Vec<u8>, TokioExecutor>>,
+}
+
+impl PulsarSource {
+    /// Subscribes `subscription` to the pipeline's topic; fails fast on a refused subscription.
+    pub async fn subscribe(
+        pulsar: Pulsar<TokioExecutor>,
+        config: &PulsarSourceConfig,
+        subscription: String,
+        sub_type: SubscriptionKind,
+        ack_mode: AckMode,
+    ) -> Result<Self, SourceError> {
+        let mut source = Self {
+            pulsar,
+            topic: config.topic.value.clone(),
+            subscription,
+            sub_type: match sub_type {
+                SubscriptionKind::Exclusive => SubType::Exclusive,
+                SubscriptionKind::Shared => SubType::Shared,
+                SubscriptionKind::Failover => SubType::Failover,
+                SubscriptionKind::KeyShared => SubType::KeyShared,
+            },
+            initial_position: match config.initial_position {
+                StartPosition::Earliest => InitialPosition::Earliest,
+                StartPosition::Latest => InitialPosition::Latest,
+            },
+            receiver_queue_size: config.receiver_queue_size,
+            ack_mode,
+            consumer: None,
+        };
+        source.consumer = Some(source.build_consumer().await?);
+        Ok(source)
+    }
+
+    /// Connects the client shared by all lanes of the process.
+    pub async fn connect(url: &str) -> Result<Pulsar<TokioExecutor>, SourceError> {
+        Pulsar::builder(url, TokioExecutor)
+            .build()
+            .await
+            .map_err(|source| SourceError::Connect {
+                url: url.to_string(),
+                source,
+            })
+    }
+
+    async fn build_consumer(&self) -> Result<Consumer<Vec<u8>, TokioExecutor>, SourceError> {
+        self.pulsar
+            .consumer()
+            .with_topic(&self.topic)
+            .with_subscription(&self.subscription)
+            .with_subscription_type(self.sub_type)
+            .with_consumer_name(format!("feature-connector-{}", std::process::id()))
+            .with_batch_size(self.receiver_queue_size)
+            .with_options(ConsumerOptions {
+                initial_position: self.initial_position.clone(),
+                durable: Some(true),
+                ..Default::default()
+            })
+            .build()
+            .await
+            .map_err(|source| SourceError::Subscribe {
+                topic: self.topic.clone(),
+                subscription: self.subscription.clone(),
+                source,
+            })
+    }
+
+    /// pulsar-rs consumers do not rebuild themselves once their stream fails or ends.
+    async fn rebuild(&mut self) {
+        self.consumer = None;
+        let mut backoff = Backoff::default();
+        loop {
+            match self.build_consumer().await {
+                Ok(consumer) => {
+                    tracing::info!(topic = %self.topic, subscription = %self.subscription, "consumer rebuilt");
+                    self.consumer = Some(consumer);
+                    return;
+                }
+                Err(e) => {
+                    let wait = backoff.next_delay();
+                    tracing::warn!(error = %e, retry_in = ?wait, "cannot rebuild consumer");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    fn to_source_message(message: pulsar::consumer::Message<Vec<u8>>) -> SourceMessage {
+        let metadata = &message.payload.metadata;
+        SourceMessage {
+            schema_version: metadata
+                .schema_version
+                .as_deref()
+                .and_then(crate::schema::decode_schema_version),
+            key: metadata.partition_key.clone(),
+            publish_time_ms: metadata.publish_time,
+            properties: metadata
+                .properties
+                .iter()
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect(),
+            position: MessagePosition {
+                topic: message.topic.clone(),
+                id: message.message_id.id.clone(),
+                batch_size: message.message_id.batch_size,
+            },
+            payload: message.payload.data,
+        }
+    }
+}
+
+#[async_trait]
+impl Source for PulsarSource {
+    async fn next_batch(
+        &mut self,
+        max: usize,
+        linger: Duration,
+        idle: Duration,
+    ) -> Result<Vec<SourceMessage>, SourceError> {
+        let mut batch = Vec::new();
+        let mut deadline: Option<tokio::time::Instant> = None;
+        while batch.len() < max {
+            if self.consumer.is_none() {
+                self.rebuild().await;
+            }
+            let Some(consumer) = self.consumer.as_mut() else {
+                continue;
+            };
+            let wait_until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + idle);
+            match tokio::time::timeout_at(wait_until, consumer.next()).await {
+                Err(_elapsed) => break,
+                Ok(Some(Ok(message))) => {
+                    batch.push(Self::to_source_message(message));
+                    deadline.get_or_insert_with(|| tokio::time::Instant::now() + linger);
+                }
+                Ok(Some(Err(e))) => {
+                    tracing::warn!(topic = %self.topic, subscription = %self.subscription, error = %e, "consumer stream failed; rebuilding");
+                    self.consumer = None;
+                }
+                Ok(None) => {
+                    tracing::warn!(topic = %self.topic, subscription = %self.subscription, "consumer stream ended; rebuilding");
+                    self.consumer = None;
+                }
+            }
+        }
+        Ok(batch)
+    }
+
+    async fn ack(&mut self, positions: &[MessagePosition]) -> Result<(), SourceError> {
+        let Some(consumer) = self.consumer.as_mut() else {
+            // The consumer was dropped; the broker will redeliver, and sinks are idempotent.
+            return Ok(());
+        };
+        for target in acks_for(positions, self.ack_mode) {
+            let result = match target {
+                AckTarget::Individual(p) => consumer.ack_with_id(&p.topic, p.id.clone()).await,
+                AckTarget::Cumulative(p) => {
+                    consumer
+                        .cumulative_ack_with_id(&p.topic, p.id.clone())
+                        .await
+                }
+            };
+            result.map_err(|e| SourceError::Ack {
+                topic: self.topic.clone(),
+                subscription: self.subscription.clone(),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) {
+        if let Some(mut consumer) = self.consumer.take() {
+            if let Err(e) = consumer.close().await {
+                tracing::debug!(error = %e, "closing consumer");
+            }
+        }
+    }
+}
