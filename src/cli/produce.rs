@@ -138,6 +138,13 @@ async fn publish(
             .map_err(|e| format!("send failed: {e}"))?;
         receipts.push(receipt);
         if receipts.len() >= 1024 {
+            // Receipts of a half-full producer batch come only once it is sent.
+            if args.batch > 0 {
+                producer
+                    .send_batch()
+                    .await
+                    .map_err(|e| format!("flushing the batch failed: {e}"))?;
+            }
             for receipt in receipts.drain(..) {
                 receipt
                     .await
@@ -145,10 +152,12 @@ async fn publish(
             }
         }
     }
-    producer
-        .send_batch()
-        .await
-        .map_err(|e| format!("flushing the batch failed: {e}"))?;
+    if args.batch > 0 {
+        producer
+            .send_batch()
+            .await
+            .map_err(|e| format!("flushing the batch failed: {e}"))?;
+    }
     for receipt in receipts {
         receipt
             .await

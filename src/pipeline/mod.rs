@@ -38,10 +38,22 @@ pub enum RuntimeError {
     },
     /// Pulsar could not be reached at start.
     #[error(transparent)]
-    Source(#[from] SourceError),
+    Source(Box<SourceError>),
     /// A lane stopped with an error.
     #[error(transparent)]
-    Lane(#[from] LaneError),
+    Lane(Box<LaneError>),
+}
+
+impl From<SourceError> for RuntimeError {
+    fn from(e: SourceError) -> Self {
+        RuntimeError::Source(Box::new(e))
+    }
+}
+
+impl From<LaneError> for RuntimeError {
+    fn from(e: LaneError) -> Self {
+        RuntimeError::Lane(Box::new(e))
+    }
 }
 
 /// Starts every lane of every pipeline, then waits until `cancel` fires and all lanes have

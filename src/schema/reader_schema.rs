@@ -55,7 +55,7 @@ pub enum SchemaError {
 pub struct ReaderSchema {
     /// The schema as parsed.
     pub avro: Schema,
-    /// The JSON text (canonical form) given to decoders and producers.
+    /// The schema JSON as written (compacted), given to decoders and producers.
     pub json: String,
 }
 
@@ -80,7 +80,11 @@ impl ReaderSchema {
                 path: path.to_path_buf(),
             });
         }
-        let json = avro.canonical_form();
+        // Not the Parsing Canonical Form: it strips logical types (timestamps, decimals).
+        let json = match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(value) => value.to_string(),
+            Err(_) => text.to_string(),
+        };
         Ok(Self { avro, json })
     }
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Quickstart on a fresh machine: start the local services, build, publish demo events,
+# run the user_profile pipeline on the embedded defaults (Redis on 127.0.0.1, Parquet under
+# ./data/offline), then show what landed. `--follow` keeps the connector running.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+bash scripts/services.sh start
+export PROTOC=${PROTOC:-$(command -v protoc)}
+cargo build --release --locked
+BIN=$ROOT/target/release/feature-connector
+TOPIC=persistent://public/default/user-profile-features
+ADMIN=http://127.0.0.1:8080/admin/v2/persistent/public/default/user-profile-features/stats
+
+"$BIN" validate
+"$BIN" produce --pipeline user_profile --count 10000 --entities 1000
+
+mkdir -p data
+"$BIN" run >data/connector.log 2>&1 &
+pid=$!
+trap 'kill "$pid" 2>/dev/null || true' EXIT
+echo "connector running (pid $pid, log data/connector.log); waiting for the online subscription to drain"
+for _ in $(seq 1 120); do
+  backlog=$(curl -s "$ADMIN" | python3 -c 'import json,sys; s=json.load(sys.stdin)["subscriptions"]; print(s.get("feature-connector-online",{}).get("msgBacklog","?"))' 2>/dev/null || echo "?")
+  [[ $backlog == 0 ]] && break
+  sleep 1
+done
+echo "online backlog on $TOPIC: $backlog"
+
+if [[ ${1:-} == --follow ]]; then
+  echo "following; Ctrl-C stops the connector (it flushes Parquet and acks first)"
+  trap - EXIT
+  wait "$pid"
+  exit $?
+fi
+
+# SIGTERM flushes the open Parquet file and acknowledges it.
+kill -TERM "$pid"
+wait "$pid" || true
+trap - EXIT
+
+echo
+echo "== redis-cli HGETALL fc:user_profile:user-42"
+redis-cli -h 127.0.0.1 HGETALL fc:user_profile:user-42
+echo
+echo "== Parquet files under data/offline"
+find data/offline -name '*.parquet' -printf '%p  %s bytes\n' | sort | tail -5

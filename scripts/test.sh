@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs and starts the real services
+# (scripts/services.sh), builds once, runs unit and integration tests against them.
+# .ci/run calls exactly this.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+started=$(date +%s)
+bash scripts/services.sh start
+# shellcheck disable=SC1091
+source .services/env
+
+if ! command -v cargo >/dev/null; then
+  echo "test.sh: cargo is not on PATH (install Rust with rustup)" >&2
+  exit 1
+fi
+# protoc is needed by the pulsar crate's build script; services.sh installs it.
+export PROTOC=${PROTOC:-$(command -v protoc)}
+export RUST_BACKTRACE=${RUST_BACKTRACE:-0}
+
+cargo build --all-targets --locked
+cargo test --all-targets --locked -- --test-threads "${FC_TEST_THREADS:-4}"
+echo "test.sh: suite finished in $(($(date +%s) - started)) s"
+
+if [[ ${CI:-} == true ]]; then
+  bash scripts/services.sh stop
+fi

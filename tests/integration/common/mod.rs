@@ -1,0 +1,262 @@
+//! Helpers: a throw-away project folder, the connector binary, and the services' APIs.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// Pulsar admin REST URL.
+pub fn pulsar_admin() -> String {
+    std::env::var("PULSAR_ADMIN_URL").unwrap_or_else(|_| "http://127.0.0.1:8080".into())
+}
+/// Pulsar binary URL.
+pub fn pulsar_url() -> String {
+    std::env::var("PULSAR_URL").unwrap_or_else(|_| "pulsar://127.0.0.1:6650".into())
+}
+/// The shared Redis.
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+/// The S3-compatible server.
+pub fn s3_endpoint() -> String {
+    std::env::var("S3_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:9000".into())
+}
+/// Bucket created by the services script.
+pub const S3_BUCKET: &str = "feature-connector-test";
+
+/// A unique id for names in this run.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+/// A temporary project: `config.yaml`, `connectors/`, `schemas/`.
+pub struct Project {
+    pub dir: tempfile::TempDir,
+    pub topic: String,
+}
+
+impl Project {
+    /// A project whose service file points at the test services (`redis_url` may differ).
+    pub fn new(redis: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("connectors")).expect("mkdir");
+        std::fs::create_dir_all(dir.path().join("schemas")).expect("mkdir");
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/user_profile.avsc"),
+            dir.path().join("schemas/user_profile.avsc"),
+        )
+        .expect("copy schema");
+        let config = format!(
+            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\noffline:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"\"\nshutdown_timeout: 20s\n",
+            pulsar_url(),
+            pulsar_admin(),
+            s3_endpoint()
+        );
+        std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
+        Self {
+            dir,
+            topic: format!("persistent://public/default/{}", unique("it")),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `connectors/{name}.yaml` for the user_profile schema on this project's topic.
+    pub fn pipeline(&self, name: &str, online: &str, offline: &str) {
+        let yaml = format!(
+            "name: {name}\nsource:\n  topic: {}\n  subscription: {name}\n  initial_position: earliest\nschema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  event_time: event_time\nfeatures: all\n{online}\n{offline}\n",
+            self.topic
+        );
+        std::fs::write(self.path().join(format!("connectors/{name}.yaml")), yaml)
+            .expect("write pipeline");
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_feature-connector"));
+        command
+            .args(args)
+            .arg("--root")
+            .arg(self.path())
+            .arg("--config")
+            .arg(self.path().join("config.yaml"))
+            .env("RUST_LOG", "info,pulsar=warn")
+            .env("FC_INSTANCE_ID", "it");
+        command
+    }
+
+    /// Runs `produce` and asserts it succeeded.
+    pub fn produce(&self, pipeline: &str, count: u64, entities: u64, base_ms: i64, batch: u32) {
+        let output = self
+            .command(&["produce", "--pipeline", pipeline])
+            .args([
+                "--count",
+                &count.to_string(),
+                "--entities",
+                &entities.to_string(),
+            ])
+            .args([
+                "--base-ms",
+                &base_ms.to_string(),
+                "--batch",
+                &batch.to_string(),
+            ])
+            .output()
+            .expect("run produce");
+        assert!(
+            output.status.success(),
+            "produce failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Starts `run`, logging to `run.log` in the project.
+    pub fn start(&self) -> Connector {
+        let log = std::fs::File::create(self.path().join("run.log")).expect("log file");
+        let child = self
+            .command(&["run"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start connector");
+        Connector {
+            child,
+            log: self.path().join("run.log"),
+        }
+    }
+
+    /// Runs `validate` on this project.
+    pub fn validate(&self) -> Output {
+        self.command(&["validate"]).output().expect("run validate")
+    }
+}
+
+/// A running connector process.
+pub struct Connector {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Connector {
+    /// SIGTERM, then waits for the exit code.
+    pub fn stop(mut self) -> i32 {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        // SAFETY: signalling our own child process.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let status = self.child.wait().expect("wait connector");
+        status.code().unwrap_or(-1)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("connector exited early with {status}:\n{}", self.log());
+        }
+    }
+}
+
+impl Drop for Connector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` until it returns true or `timeout` passes.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// Backlog of `subscription` on `topic` from the admin API (`None` if it does not exist yet).
+pub async fn backlog(topic: &str, subscription: &str) -> Option<u64> {
+    let path = topic
+        .strip_prefix("persistent://")
+        .expect("persistent topic");
+    let url = format!("{}/admin/v2/persistent/{path}/stats", pulsar_admin());
+    let stats: serde_json::Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
+    stats["subscriptions"][subscription]["msgBacklog"].as_u64()
+}
+
+/// A Redis connection.
+pub async fn redis(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection")
+}
+
+/// Every Parquet file under `prefix` of `store`, read back.
+pub async fn read_parquet(store: Arc<dyn ObjectStore>, prefix: &str) -> Vec<(String, RecordBatch)> {
+    let prefix = object_store::path::Path::from(prefix);
+    let metas: Vec<_> = store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .expect("list store");
+    let mut out = Vec::new();
+    for meta in metas {
+        if !meta.location.as_ref().ends_with(".parquet") {
+            continue;
+        }
+        let bytes: Bytes = object_store::ObjectStoreExt::get(store.as_ref(), &meta.location)
+            .await
+            .expect("get file")
+            .bytes()
+            .await
+            .expect("read file");
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .expect("parquet footer")
+            .build()
+            .expect("parquet reader");
+        for batch in reader {
+            out.push((meta.location.to_string(), batch.expect("parquet batch")));
+        }
+    }
+    out
+}
+
+/// The S3-compatible test store.
+pub fn s3_store() -> Arc<dyn ObjectStore> {
+    Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(S3_BUCKET)
+            .with_endpoint(s3_endpoint())
+            .with_region("us-east-1")
+            .with_access_key_id("testing")
+            .with_secret_access_key("testing")
+            .with_allow_http(true)
+            .with_virtual_hosted_style_request(false)
+            .build()
+            .expect("s3 store"),
+    )
+}

@@ -1,0 +1,7 @@
+//! Integration tests against the real services started by `scripts/services.sh`
+//! (Pulsar standalone, redis-server, moto S3) — one test binary so it builds once.
+
+mod common;
+mod end_to_end;
+mod redis_outage;
+mod validate;

@@ -1,0 +1,159 @@
+//! Redis goes away while batches are written: nothing is acknowledged on the online
+//! subscription (the offline one goes on), and once Redis is back every row lands.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use crate::common::*;
+
+struct PrivateRedis {
+    child: Child,
+}
+
+impl PrivateRedis {
+    fn start(port: u16, dir: &std::path::Path) -> Self {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (scripts/services.sh installs it)");
+        Self { child }
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+async fn redis_up(url: &str) -> bool {
+    match redis::Client::open(url) {
+        Ok(client) => client.get_multiplexed_async_connection().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {
+    const EVENTS: u64 = 2_000;
+    const ENTITIES: u64 = 200;
+    const BASE_MS: i64 = 1_790_000_000_000;
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let project = Project::new(&url);
+    let redis_dir = tempfile::tempdir().expect("redis dir");
+    let server = PrivateRedis::start(port, redis_dir.path());
+    wait_until("private redis", Duration::from_secs(10), || redis_up(&url)).await;
+
+    project.pipeline(
+        "outage",
+        "online:\n  key_prefix: out",
+        "offline:\n  url: file://offline\n  rollover_interval: 1s",
+    );
+    let mut connector = project.start();
+    let topic = project.topic.clone();
+    wait_until("subscriptions to exist", Duration::from_secs(60), || {
+        let topic = topic.clone();
+        async move {
+            backlog(&topic, "outage-online").await.is_some()
+                && backlog(&topic, "outage-offline").await.is_some()
+        }
+    })
+    .await;
+
+    server.kill();
+    // Batched entries too: an entry may only be acknowledged once all its messages are.
+    project.produce("outage", EVENTS, ENTITIES, BASE_MS, 50);
+    // The backlog counts entries (producer batches), not messages.
+    let published = backlog(&project.topic, "outage-online")
+        .await
+        .expect("online backlog");
+    assert!(
+        published >= EVENTS / 50,
+        "at least one entry per 50 events, got {published}"
+    );
+
+    // The offline lane has its own subscription and goes on while Redis is down.
+    wait_until(
+        "offline subscription to drain",
+        Duration::from_secs(60),
+        || {
+            let topic = topic.clone();
+            async move { backlog(&topic, "outage-offline").await == Some(0) }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    connector.assert_running();
+    assert_eq!(
+        backlog(&project.topic, "outage-online").await,
+        Some(published),
+        "nothing may be acknowledged while Redis is down"
+    );
+    assert!(connector
+        .log()
+        .contains("Redis write failed; nothing acknowledged, retrying"));
+
+    let _server = PrivateRedis::start(port, redis_dir.path());
+    wait_until("private redis back", Duration::from_secs(10), || {
+        redis_up(&url)
+    })
+    .await;
+    wait_until(
+        "online subscription to drain after Redis returned",
+        Duration::from_secs(60),
+        || {
+            let topic = topic.clone();
+            async move { backlog(&topic, "outage-online").await == Some(0) }
+        },
+    )
+    .await;
+
+    let mut redis = redis(&url).await;
+    let keys: Vec<String> = redis.keys("out:outage:*").await.expect("keys");
+    assert_eq!(keys.len() as u64, ENTITIES);
+    for entity in 0..ENTITIES {
+        let stored: HashMap<String, Vec<u8>> = redis
+            .hgetall(format!("out:outage:user-{entity}"))
+            .await
+            .expect("hgetall");
+        let last = EVENTS - ENTITIES + entity;
+        assert_eq!(
+            stored.get("_ts"),
+            Some(&(BASE_MS + last as i64).to_string().into_bytes())
+        );
+        assert_eq!(
+            stored.get("purchases_30d"),
+            Some(&(last * 3).to_string().into_bytes())
+        );
+    }
+    assert_eq!(connector.stop(), 0);
+}

@@ -1,0 +1,162 @@
+//! `validate` names the file, the line and the key of every problem, and exits 2.
+
+use crate::common::*;
+
+const GOOD: &str = "name: p
+source:
+  topic: persistent://public/default/t
+  subscription: p
+schema:
+  file: schemas/user_profile.avsc
+entity:
+  keys: [user_id]
+  event_time: event_time
+online:
+  key_prefix: fc
+offline:
+  url: file://offline
+";
+
+/// Replaces `from` with `to` in the good pipeline, validates, and checks the message.
+fn assert_problem(from: &str, to: &str, line: u32, key: &str, words: &str) {
+    let project = Project::new(&redis_url());
+    assert!(GOOD.contains(from), "fixture lacks {from:?}");
+    std::fs::write(
+        project.path().join("connectors/p.yaml"),
+        GOOD.replacen(from, to, 1),
+    )
+    .expect("write");
+    let output = project.validate();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "exit code for {to:?}; stderr:\n{stderr}"
+    );
+    let location = format!("p.yaml:{line}: key `{key}`");
+    assert!(
+        stderr.contains(&location),
+        "expected {location:?} in:\n{stderr}"
+    );
+    assert!(stderr.contains(words), "expected {words:?} in:\n{stderr}");
+}
+
+#[test]
+fn the_good_pipeline_is_valid() {
+    let project = Project::new(&redis_url());
+    std::fs::write(project.path().join("connectors/p.yaml"), GOOD).expect("write");
+    let output = project.validate();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("1 pipeline(s) valid"));
+}
+
+#[test]
+fn unknown_key() {
+    assert_problem(
+        "  key_prefix: fc\n",
+        "  key_prefix: fc\n  tll: 5m\n",
+        12,
+        "tll",
+        "unknown field",
+    );
+}
+
+#[test]
+fn wrong_type() {
+    assert_problem(
+        "  url: file://offline\n",
+        "  url: file://offline\n  rollover_rows: lots\n",
+        14,
+        "rollover_rows",
+        "",
+    );
+}
+
+#[test]
+fn missing_schema_file() {
+    assert_problem(
+        "schemas/user_profile.avsc",
+        "schemas/nope.avsc",
+        6,
+        "schema.file",
+        "cannot read schema file",
+    );
+}
+
+#[test]
+fn bad_store_url() {
+    assert_problem(
+        "file://offline",
+        "ftp://somewhere/x",
+        13,
+        "offline.url",
+        "unsupported scheme",
+    );
+}
+
+#[test]
+fn bad_topic() {
+    assert_problem(
+        "persistent://public/default/t",
+        "just-a-name",
+        3,
+        "source.topic",
+        "not a full topic name",
+    );
+}
+
+#[test]
+fn key_field_not_in_schema() {
+    assert_problem(
+        "keys: [user_id]",
+        "keys: [customer_id]",
+        8,
+        "entity.keys",
+        "`customer_id` is not in the schema",
+    );
+}
+
+#[test]
+fn unset_environment_variable() {
+    assert_problem(
+        "key_prefix: fc",
+        "key_prefix: ${FC_IT_SURELY_UNSET}",
+        11,
+        "key_prefix",
+        "FC_IT_SURELY_UNSET",
+    );
+}
+
+#[test]
+fn duplicate_pipeline_names() {
+    let project = Project::new(&redis_url());
+    std::fs::write(project.path().join("connectors/a.yaml"), GOOD).expect("write");
+    std::fs::write(project.path().join("connectors/b.yaml"), GOOD).expect("write");
+    let output = project.validate();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr.contains("b.yaml:1: key `name`: pipeline name `p` is already used by"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn broken_service_file() {
+    let project = Project::new(&redis_url());
+    std::fs::write(project.path().join("connectors/p.yaml"), GOOD).expect("write");
+    let config = std::fs::read_to_string(project.path().join("config.yaml")).expect("read");
+    std::fs::write(
+        project.path().join("config.yaml"),
+        config.replace("redis:\n", "redis:\n  pool: 3\n"),
+    )
+    .expect("write");
+    let output = project.validate();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr.contains("config.yaml:5: key `pool`"), "{stderr}");
+}
