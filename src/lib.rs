@@ -6,6 +6,8 @@
 
 pub mod cli;
 pub mod config;
+pub mod http;
+pub mod metrics;
 pub mod pipeline;
 pub mod record;
 pub mod retry;

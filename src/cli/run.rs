@@ -1,6 +1,7 @@
 //! `feature-connector run`.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
@@ -18,8 +19,20 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
     let cancel = CancellationToken::new();
     let deadline = service.shutdown_timeout;
     let signals = tokio::spawn(wait_for_signal(cancel.clone()));
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let http = if service.http.bind.is_empty() {
+        None
+    } else {
+        match crate::http::serve(&service.http.bind, metrics.clone(), cancel.clone()).await {
+            Ok(task) => Some(task),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
     tracing::info!(pipelines = pipelines.len(), "starting");
-    let runtime = crate::pipeline::run(&service, &pipelines, args.root(), cancel.clone());
+    let runtime = crate::pipeline::run(&service, &pipelines, args.root(), metrics, cancel.clone());
     tokio::pin!(runtime);
     let outcome = tokio::select! {
         outcome = &mut runtime => outcome,
@@ -30,6 +43,10 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
         }
     };
     signals.abort();
+    cancel.cancel();
+    if let Some(http) = http {
+        let _ = http.await;
+    }
     match outcome {
         Ok(()) => {
             tracing::info!("stopped cleanly");

@@ -1,11 +1,13 @@
 //! A lane: one subscription feeding one sink, acknowledging what the sink made durable.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::dead_letter::DeadLetter;
+use crate::metrics::{DeadLetterLabels, LaneLabels, Metrics};
 use crate::record::RowBatch;
 use crate::retry::Backoff;
 use crate::schema::AvroDecoder;
@@ -59,6 +61,8 @@ pub struct Lane {
     pub linger: Duration,
     /// Shutdown signal.
     pub cancel: CancellationToken,
+    /// Where counts go.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Lane {
@@ -67,6 +71,7 @@ impl Lane {
         let span = tracing::info_span!("lane", pipeline = %self.pipeline, sink = self.sink.kind());
         async move {
             tracing::info!("lane started");
+            self.metrics.lane_started();
             let result = self.consume().await;
             let flushed = match self.sink.flush().await {
                 Ok(durable) => self.ack(&durable).await,
@@ -77,6 +82,7 @@ impl Lane {
                 Err(source) => Err(self.sink_error(source)),
             };
             self.source.close().await;
+            self.metrics.lane_stopped();
             tracing::info!("lane stopped");
             result.and(flushed)
         }
@@ -94,6 +100,10 @@ impl Lane {
                 }
             };
             if !messages.is_empty() {
+                self.metrics
+                    .messages_received
+                    .get_or_create(&self.labels())
+                    .inc_by(messages.len() as u64);
                 let batch_span = tracing::debug_span!("batch", messages = messages.len());
                 let Some(durable) = self.process(messages).instrument(batch_span).await? else {
                     return Ok(());
@@ -135,18 +145,41 @@ impl Lane {
             }
             if let Some(dead_letter) = self.dead_letter.as_mut() {
                 match dead_letter.publish(&messages, &decoded.failures).await {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        for failure in &decoded.failures {
+                            self.metrics
+                                .dead_lettered
+                                .get_or_create(&DeadLetterLabels {
+                                    pipeline: self.pipeline.clone(),
+                                    reason: failure.reason.to_string(),
+                                })
+                                .inc();
+                        }
+                    }
                     Err(SinkError::Cancelled(_)) => return Ok(None),
                     Err(source) => return Err(self.sink_error(source)),
                 }
             }
         }
+        let rows = decoded.rows.num_rows() as u64;
         let batch = RowBatch {
             rows: decoded.rows,
             positions: messages.into_iter().map(|m| m.position).collect(),
         };
-        match self.sink.write(batch).await {
-            Ok(durable) => Ok(Some(durable)),
+        let started = Instant::now();
+        let written = self.sink.write(batch).await;
+        self.metrics
+            .sink_write_seconds
+            .get_or_create(&self.labels())
+            .observe(started.elapsed().as_secs_f64());
+        match written {
+            Ok(durable) => {
+                self.metrics
+                    .rows_written
+                    .get_or_create(&self.labels())
+                    .inc_by(rows);
+                Ok(Some(durable))
+            }
             Err(SinkError::Cancelled(_)) => Ok(None),
             Err(source) => Err(self.sink_error(source)),
         }
@@ -159,7 +192,19 @@ impl Lane {
         self.source
             .ack(durable)
             .await
-            .map_err(|source| self.source_error(source))
+            .map_err(|source| self.source_error(source))?;
+        self.metrics
+            .messages_acked
+            .get_or_create(&self.labels())
+            .inc_by(durable.len() as u64);
+        Ok(())
+    }
+
+    fn labels(&self) -> LaneLabels {
+        LaneLabels {
+            pipeline: self.pipeline.clone(),
+            sink: self.sink.kind(),
+        }
     }
 
     fn sink_error(&self, source: SinkError) -> LaneError {

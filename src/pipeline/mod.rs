@@ -8,6 +8,7 @@ mod dead_letter;
 mod lane;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use pulsar::{Pulsar, TokioExecutor};
 use tokio::task::JoinSet;
@@ -17,6 +18,7 @@ pub use dead_letter::DeadLetter;
 pub use lane::{Lane, LaneError};
 
 use crate::config::{PipelineConfig, ServiceConfig};
+use crate::metrics::Metrics;
 use crate::record::RowLayout;
 use crate::schema::{AvroDecoder, SchemaRegistry};
 use crate::sink::parquet::{open_store, ParquetSink};
@@ -62,6 +64,7 @@ pub async fn run(
     service: &ServiceConfig,
     pipelines: &[PipelineConfig],
     root: &Path,
+    metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) -> Result<(), RuntimeError> {
     let pulsar = PulsarSource::connect(&service.pulsar.url).await?;
@@ -74,8 +77,10 @@ pub async fn run(
         })?;
     let mut lanes = Vec::new();
     for pipeline in pipelines {
-        lanes.extend(build_lanes(service, pipeline, root, &pulsar, &http, &cancel).await?);
+        lanes
+            .extend(build_lanes(service, pipeline, root, &pulsar, &http, &metrics, &cancel).await?);
     }
+    metrics.expect_lanes(lanes.len());
     let mut tasks = JoinSet::new();
     for lane in lanes {
         tasks.spawn(lane.run());
@@ -104,6 +109,7 @@ async fn build_lanes(
     root: &Path,
     pulsar: &Pulsar<TokioExecutor>,
     http: &reqwest::Client,
+    metrics: &Arc<Metrics>,
     cancel: &CancellationToken,
 ) -> Result<Vec<Lane>, RuntimeError> {
     let setup = |message: String| RuntimeError::Setup {
@@ -148,6 +154,7 @@ async fn build_lanes(
             max_batch: source.max_batch_messages,
             linger: source.max_batch_wait,
             cancel: cancel.clone(),
+            metrics: metrics.clone(),
         })
     };
 

@@ -177,6 +177,29 @@ async fn ten_thousand_events_reach_redis_local_disk_and_s3() {
         },
     )
     .await;
+    assert_eq!(
+        project.http_get("/healthz").await,
+        Some((200, "ok\n".to_string()))
+    );
+    assert_eq!(
+        project.http_get("/readyz").await,
+        Some((200, "ready\n".to_string()))
+    );
+    let (status, metrics) = project
+        .http_get("/metrics")
+        .await
+        .expect("metrics endpoint");
+    assert_eq!(status, 200);
+    for line in [
+        r#"feature_connector_messages_acked_total{pipeline="to_local",sink="online"} 10000"#,
+        r#"feature_connector_messages_acked_total{pipeline="to_s3",sink="offline"} 10000"#,
+        r#"feature_connector_rows_written_total{pipeline="to_s3",sink="online"} 10000"#,
+    ] {
+        assert!(
+            metrics.contains(line),
+            "{line} missing from /metrics:\n{metrics}"
+        );
+    }
     let log = connector.log();
     assert_eq!(connector.stop(), 0, "connector exit code; log:\n{log}");
     for sub in [

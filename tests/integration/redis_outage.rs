@@ -47,13 +47,6 @@ impl Drop for PrivateRedis {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 async fn redis_up(url: &str) -> bool {
     match redis::Client::open(url) {
         Ok(client) => client.get_multiplexed_async_connection().await.is_ok(),

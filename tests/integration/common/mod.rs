@@ -45,6 +45,16 @@ pub fn unique(prefix: &str) -> String {
 pub struct Project {
     pub dir: tempfile::TempDir,
     pub topic: String,
+    /// Port of the connector's HTTP endpoint (health, metrics).
+    pub http_port: u16,
+}
+
+/// A TCP port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 impl Project {
@@ -58,8 +68,9 @@ impl Project {
             dir.path().join("schemas/user_profile.avsc"),
         )
         .expect("copy schema");
+        let http_port = free_port();
         let config = format!(
-            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\noffline:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"\"\nshutdown_timeout: 20s\n",
+            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\noffline:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"127.0.0.1:{http_port}\"\nshutdown_timeout: 20s\n",
             pulsar_url(),
             pulsar_admin(),
             s3_endpoint()
@@ -68,7 +79,17 @@ impl Project {
         Self {
             dir,
             topic: format!("persistent://public/default/{}", unique("it")),
+            http_port,
         }
+    }
+
+    /// GET a path of the connector's HTTP endpoint: (status, body).
+    pub async fn http_get(&self, path: &str) -> Option<(u16, String)> {
+        let response = reqwest::get(format!("http://127.0.0.1:{}{path}", self.http_port))
+            .await
+            .ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.ok()?))
     }
 
     pub fn path(&self) -> &Path {
