@@ -50,7 +50,7 @@ pub struct AvroDecoder {
     topic: String,
     reader: ReaderSchema,
     registry: SchemaRegistry,
-    decoders: HashMap<Option<i64>, Result<Decoder, String>>,
+    decoders: HashMap<Option<i64>, Result<Decoder, (&'static str, String)>>,
     columns: Vec<String>,
     output_schema: SchemaRef,
     capacity: usize,
@@ -127,22 +127,33 @@ impl AvroDecoder {
             return Ok(());
         }
         let built = match version {
-            None => build_decoder(&self.reader.json, &self.reader.json, self.capacity),
+            None => build_decoder(&self.reader.json, &self.reader.json, self.capacity)
+                .map_err(|e| ("incompatible_schema", e)),
             Some(v) => match self.registry.writer_schema(&self.topic, v).await {
-                Ok(writer) if writer.kind.eq_ignore_ascii_case("AVRO") => build_decoder(
-                    &writer.definition,
-                    &self.reader.json,
-                    self.capacity,
-                )
-                .map_err(|e| {
-                    format!("writer schema version {v} cannot be read as the pipeline schema: {e}")
-                }),
-                Ok(writer) => Err(format!(
-                    "schema version {v} is of type {}, expected AVRO",
-                    writer.kind
+                Ok(writer) if writer.kind.eq_ignore_ascii_case("AVRO") => {
+                    build_decoder(&writer.definition, &self.reader.json, self.capacity).map_err(
+                        |e| {
+                            (
+                                "incompatible_schema",
+                                format!(
+                            "writer schema version {v} cannot be read as the pipeline schema: {e}"
+                        ),
+                            )
+                        },
+                    )
+                }
+                Ok(writer) => Err((
+                    "unsupported_schema_type",
+                    format!(
+                        "schema version {v} is of type {}, expected AVRO",
+                        writer.kind
+                    ),
                 )),
                 Err(e) if e.is_transient() => return Err(e),
-                Err(e) => Err(format!("schema version {v} is not in the registry: {e}")),
+                Err(e) => Err((
+                    "unknown_schema_version",
+                    format!("schema version {v} is not in the registry: {e}"),
+                )),
             },
         };
         self.decoders.insert(version, built);
@@ -159,13 +170,13 @@ impl AvroDecoder {
         let version = messages[run.start].schema_version;
         let mut decoder = match self.decoders.remove(&version) {
             Some(Ok(decoder)) => decoder,
-            Some(Err(reason)) => {
+            Some(Err((reason, detail))) => {
                 failures.extend(run.map(|index| DecodeFailure {
                     index,
-                    reason: "incompatible_schema",
-                    detail: reason.clone(),
+                    reason,
+                    detail: detail.clone(),
                 }));
-                self.decoders.insert(version, Err(reason));
+                self.decoders.insert(version, Err((reason, detail)));
                 return;
             }
             None => return,
@@ -277,4 +288,93 @@ fn build_decoder(writer_json: &str, reader_json: &str, capacity: usize) -> Resul
         .with_batch_size(capacity)
         .build_decoder()
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use apache_avro::types::Value;
+    use arrow::array::AsArray;
+    use arrow::datatypes::Int64Type;
+    use pulsar::message::proto::MessageIdData;
+
+    use super::*;
+    use crate::source::MessagePosition;
+
+    const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
+        {"name":"id","type":"string"},{"name":"n","type":"long"}]}"#;
+
+    fn message(payload: Vec<u8>) -> SourceMessage {
+        SourceMessage {
+            position: MessagePosition {
+                topic: "persistent://public/default/t".into(),
+                id: MessageIdData::default(),
+                batch_size: None,
+            },
+            payload,
+            schema_version: None,
+            key: None,
+            publish_time_ms: 0,
+            properties: Vec::new(),
+        }
+    }
+
+    fn datum(schema: &apache_avro::Schema, id: &str, n: i64) -> Vec<u8> {
+        let writer = apache_avro::writer::datum::GenericDatumWriter::builder(schema)
+            .build()
+            .unwrap();
+        writer
+            .write_value_to_vec(Value::Record(vec![
+                ("id".into(), Value::String(id.into())),
+                ("n".into(), Value::Long(n)),
+            ]))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn bad_payloads_fail_alone_and_good_rows_keep_their_order() {
+        let reader = ReaderSchema::parse(std::path::Path::new("t.avsc"), SCHEMA).unwrap();
+        let registry = SchemaRegistry::new(reqwest::Client::new(), "http://127.0.0.1:9");
+        let mut decoder = AvroDecoder::new(
+            "persistent://public/default/t",
+            reader.clone(),
+            registry,
+            vec!["n".into(), "id".into()],
+            16,
+        )
+        .unwrap();
+        let good = |n| message(datum(&reader.avro, &format!("e{n}"), n));
+        let mut truncated = datum(&reader.avro, "long-enough-id", 7);
+        truncated.truncate(5);
+        let mut trailing = datum(&reader.avro, "x", 8);
+        trailing.extend_from_slice(&[1, 2, 3]);
+        let messages = vec![
+            good(1),
+            message(vec![
+                0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ]),
+            good(2),
+            message(truncated),
+            message(trailing),
+            good(3),
+        ];
+        let decoded = decoder.decode(&messages).await.unwrap();
+        assert_eq!(decoded.row_messages, vec![0, 2, 5]);
+        let n = decoded.rows.column(0).as_primitive::<Int64Type>();
+        assert_eq!(n.values(), &[1, 2, 3]);
+        assert_eq!(decoded.rows.column(1).as_string::<i32>().value(2), "e3");
+        let failed: Vec<(usize, &str)> = decoded
+            .failures
+            .iter()
+            .map(|f| (f.index, f.reason))
+            .collect();
+        assert_eq!(
+            failed,
+            vec![(1, "undecodable"), (3, "undecodable"), (4, "undecodable")]
+        );
+        assert!(
+            decoded.failures[2].detail.contains("trailing bytes"),
+            "{:?}",
+            decoded.failures[2]
+        );
+    }
 }
