@@ -57,6 +57,32 @@ pub fn entity_key_text(schema: &Schema, key: &str, entity: u64) -> Option<String
     }
 }
 
+/// The JSON form of a sample record, as Pulsar's JSON schema writes it (logical types as
+/// numbers, unions as their value, enums as symbols).
+pub fn to_json(value: &Value) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    Ok(match value {
+        Value::Null => J::Null,
+        Value::Boolean(b) => J::Bool(*b),
+        Value::Int(n) | Value::Date(n) | Value::TimeMillis(n) => J::from(*n),
+        Value::Long(n)
+        | Value::TimestampMillis(n)
+        | Value::TimestampMicros(n)
+        | Value::TimeMicros(n) => J::from(*n),
+        Value::Float(f) => J::from(f64::from(*f)),
+        Value::Double(f) => J::from(*f),
+        Value::String(s) | Value::Enum(_, s) => J::String(s.clone()),
+        Value::Union(_, inner) => to_json(inner)?,
+        Value::Record(fields) => J::Object(
+            fields
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), to_json(v)?)))
+                .collect::<Result<serde_json::Map<_, _>, String>>()?,
+        ),
+        other => return Err(format!("sample JSON does not cover {other:?}")),
+    })
+}
+
 fn key_value(schema: &Schema, name: &str, entity: u64) -> Result<Value, String> {
     match schema {
         Schema::String => Ok(Value::String(format!(

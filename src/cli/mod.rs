@@ -1,7 +1,8 @@
-//! Command-line interface: `run`, `validate`, `produce`.
+//! Command-line interface: `run`, `validate`, `produce`, `schemas`.
 
 mod produce;
 mod run;
+mod schemas;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,8 @@ enum Command {
     Validate(ConfigArgs),
     /// Publish deterministic sample Avro events to a pipeline's topic.
     Produce(produce::ProduceArgs),
+    /// Compare local schema files with the topic's registered versions, or register them.
+    Schemas(schemas::SchemasArgs),
 }
 
 /// Where the configuration is.
@@ -96,6 +99,7 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Validate(args) => validate::validate(&args),
             Command::Produce(args) => produce::produce(args).await,
+            Command::Schemas(args) => schemas::schemas(args).await,
         }
     })
 }

@@ -10,6 +10,7 @@ use pulsar::producer::ProducerOptions;
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::sample::{sample_record, SampleSpec};
+use crate::schema::{PayloadFormat, ReaderSchema};
 use crate::source::pulsar::PulsarSource;
 
 /// Options of `produce`.
@@ -35,6 +36,9 @@ pub struct ProduceArgs {
     /// Producer batch size (messages per entry); 0 sends every event as its own entry.
     #[arg(long, default_value_t = 0)]
     batch: u32,
+    /// Write with this schema file instead of the pipeline's (to produce another version).
+    #[arg(long)]
+    schema: Option<std::path::PathBuf>,
 }
 
 /// Publishes the events and waits for every receipt.
@@ -91,7 +95,15 @@ async fn publish(
     let pulsar = PulsarSource::connect(url)
         .await
         .map_err(|e| e.to_string())?;
-    let schema = &pipeline.schema;
+    let override_schema = match &args.schema {
+        Some(path) => Some(ReaderSchema::load(path).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let schema = override_schema.as_ref().unwrap_or(&pipeline.schema);
+    let schema_type = match pipeline.format {
+        PayloadFormat::Avro => SchemaType::Avro,
+        PayloadFormat::Json => SchemaType::Json,
+    };
     let mut producer = pulsar
         .producer()
         .with_topic(&pipeline.source.topic.value)
@@ -99,7 +111,7 @@ async fn publish(
             schema: Some(ProtoSchema {
                 name: pipeline.name.clone(),
                 schema_data: schema.json.clone().into_bytes(),
-                r#type: SchemaType::Avro as i32,
+                r#type: schema_type as i32,
                 properties: Vec::new(),
             }),
             batch_size: (args.batch > 0).then_some(args.batch),
@@ -126,9 +138,12 @@ async fn publish(
         let key =
             crate::sample::entity_key_text(&schema.avro, &key_field, i % spec.entities.max(1))
                 .unwrap_or_default();
-        let payload = writer
-            .write_value_to_vec(record)
-            .map_err(|e| e.to_string())?;
+        let payload = match pipeline.format {
+            PayloadFormat::Avro => writer
+                .write_value_to_vec(record)
+                .map_err(|e| e.to_string())?,
+            PayloadFormat::Json => crate::sample::to_json(&record)?.to_string().into_bytes(),
+        };
         let receipt = producer
             .create_message()
             .with_content(payload)

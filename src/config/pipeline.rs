@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned};
-use crate::schema::ReaderSchema;
+use crate::schema::{Compatibility, PayloadFormat, ReaderSchema};
 use crate::sink::parquet::OfflineSinkConfig;
 use crate::sink::redis::OnlineSinkConfig;
 use crate::source::pulsar::PulsarSourceConfig;
@@ -35,12 +35,19 @@ pub struct PipelineFile {
     pub offline: Option<OfflineSinkConfig>,
 }
 
-/// Reference to a schema file.
+/// The schema a pipeline expects, and how it treats other writer versions.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaRef {
-    /// Path of the Avro schema (`.avsc`), relative to the project root.
+    /// Path of the Avro record schema (`.avsc`), relative to the project root. For JSON
+    /// payloads it describes the JSON objects, as Pulsar's JSON schema does.
     pub file: Spanned<String>,
+    /// Payload format: `avro` (Pulsar AVRO schema) or `json` (Pulsar JSON schema).
+    #[serde(default)]
+    pub format: PayloadFormat,
+    /// Strategy between this schema and each writer version (Pulsar's names).
+    #[serde(default)]
+    pub compatibility: Compatibility,
 }
 
 /// Entity identity and event time.
@@ -74,6 +81,10 @@ pub struct PipelineConfig {
     pub source: PulsarSourceConfig,
     /// The parsed reader schema.
     pub schema: ReaderSchema,
+    /// Payload format.
+    pub format: PayloadFormat,
+    /// Compatibility strategy.
+    pub compatibility: Compatibility,
     /// Entity key fields, in order.
     pub entity_keys: Vec<String>,
     /// Event-time field.
@@ -276,6 +287,8 @@ fn check(
             file: file.to_path_buf(),
             source: parsed.source,
             schema,
+            format: parsed.schema.format,
+            compatibility: parsed.schema.compatibility,
             entity_keys: keys.value.clone(),
             event_time: event_time.value.clone(),
             features,

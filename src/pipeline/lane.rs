@@ -10,7 +10,7 @@ use super::dead_letter::DeadLetter;
 use crate::metrics::{DeadLetterLabels, LaneLabels, Metrics};
 use crate::record::RowBatch;
 use crate::retry::Backoff;
-use crate::schema::AvroDecoder;
+use crate::schema::PayloadDecoder;
 use crate::sink::{Sink, SinkError};
 use crate::source::{MessagePosition, Source, SourceError};
 
@@ -50,7 +50,7 @@ pub struct Lane {
     /// Where messages come from.
     pub source: Box<dyn Source>,
     /// Payload decoder.
-    pub decoder: AvroDecoder,
+    pub decoder: PayloadDecoder,
     /// Where rows go.
     pub sink: Box<dyn Sink>,
     /// Publisher for undecodable messages; `None` when another lane of the pipeline owns it.

@@ -20,7 +20,7 @@ pub use lane::{Lane, LaneError};
 use crate::config::{PipelineConfig, ServiceConfig};
 use crate::metrics::Metrics;
 use crate::record::RowLayout;
-use crate::schema::{AvroDecoder, SchemaRegistry};
+use crate::schema::{DecoderSpec, PayloadDecoder, SchemaRegistry};
 use crate::sink::parquet::{open_store, ParquetSink};
 use crate::sink::redis::RedisSink;
 use crate::sink::Sink;
@@ -122,16 +122,22 @@ async fn build_lanes(
         features: pipeline.features.clone(),
     };
     let source = &pipeline.source;
-    let decoder = || {
-        AvroDecoder::new(
-            &source.topic.value,
-            pipeline.schema.clone(),
-            SchemaRegistry::new(http.clone(), &service.pulsar.admin_url),
-            rows.columns(),
-            source.max_batch_messages,
-        )
-        .map_err(|e| setup(format!("reader schema: {e}")))
+    let spec = DecoderSpec {
+        topic: source.topic.value.clone(),
+        reader: pipeline.schema.clone(),
+        format: pipeline.format,
+        compatibility: pipeline.compatibility,
+        columns: rows.columns(),
+        event_time: pipeline.event_time.clone(),
+        capacity: source.max_batch_messages,
     };
+    let registry = SchemaRegistry::new(http.clone(), &service.pulsar.admin_url);
+    let mut template =
+        PayloadDecoder::new(spec, registry).map_err(|e| setup(format!("reader schema: {e}")))?;
+    refuse_incompatible_topic(&mut template)
+        .await
+        .map_err(setup)?;
+    let decoder = || -> Result<PayloadDecoder, RuntimeError> { Ok(template.clone()) };
     let mut lanes = Vec::new();
     let mut dead_letter_owner_taken = false;
     let lane = |sink: Box<dyn Sink>,
@@ -215,4 +221,32 @@ async fn build_lanes(
         )?);
     }
     Ok(lanes)
+}
+
+/// Start-up check: the topic's latest writer version (every version, for a transitive
+/// strategy) must be compatible with the pipeline schema, unless the strategy checks nothing.
+async fn refuse_incompatible_topic(decoder: &mut PayloadDecoder) -> Result<(), String> {
+    let verdicts = decoder
+        .check_registered_versions()
+        .await
+        .map_err(|e| format!("cannot read the topic's registered schemas: {e}"))?;
+    let strategy = decoder.compatibility();
+    let considered: Vec<&(i64, Result<(), String>)> = if strategy.transitive() {
+        verdicts.iter().collect()
+    } else {
+        verdicts.last().into_iter().collect()
+    };
+    let refused: Vec<&str> = considered
+        .iter()
+        .filter_map(|(_, verdict)| verdict.as_ref().err().map(String::as_str))
+        .collect();
+    if strategy.checks() && !refused.is_empty() {
+        return Err(format!("refusing to start: {}", refused.join("; ")));
+    }
+    for (version, verdict) in &verdicts {
+        if let Err(reason) = verdict {
+            tracing::warn!(version, %reason, "registered writer version is incompatible; its messages will go to the dead-letter topic");
+        }
+    }
+    Ok(())
 }

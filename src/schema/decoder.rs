@@ -1,23 +1,24 @@
-//! Decodes Pulsar Avro payloads (raw datums) into Arrow record batches of the pipeline's
-//! reader schema, resolving each writer schema version through Avro schema resolution.
+//! Decodes message payloads into Arrow record batches of the pipeline's reader schema. Each
+//! writer schema version gets its own row decoder, checked once against the pipeline's
+//! compatibility strategy; payloads that cannot be decoded are reported one by one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef};
-use arrow_avro::reader::{Decoder, DecoderMode, ReaderBuilder};
-use arrow_avro::schema::{AvroSchema, SchemaStore};
 
-use super::{ReaderSchema, RegistryError, SchemaRegistry};
+use super::row_decoders::{arrow_schema_of, build_row_decoder, PayloadFormat, RowDecoder};
+use super::{Compatibility, ReaderSchema, RegistryError, SchemaRegistry};
+use crate::record::event_time_millis;
 use crate::source::SourceMessage;
 
 /// A message that cannot be decoded, and why; it goes to the dead-letter topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeFailure {
-    /// Index of the message in the batch handed to [`AvroDecoder::decode`].
+    /// Index of the message in the batch handed to [`PayloadDecoder::decode`].
     pub index: usize,
-    /// Short machine-friendly reason (`undecodable`, `unknown_schema_version`, ...).
+    /// Short machine-friendly reason (`undecodable`, `incompatible_schema`, ...).
     pub reason: &'static str,
     /// Human detail.
     pub detail: String,
@@ -45,44 +46,60 @@ pub struct Decoded {
     pub failures: Vec<DecodeFailure>,
 }
 
-/// Resolves writer versions to the reader schema, one cached Arrow decoder per version.
-pub struct AvroDecoder {
-    topic: String,
-    reader: ReaderSchema,
-    registry: SchemaRegistry,
-    decoders: HashMap<Option<i64>, Result<Decoder, (&'static str, String)>>,
-    columns: Vec<String>,
-    output_schema: SchemaRef,
-    capacity: usize,
+/// What the decoder needs to know about the pipeline.
+#[derive(Debug, Clone)]
+pub struct DecoderSpec {
+    /// Topic (for registry look-ups).
+    pub topic: String,
+    /// The pipeline's reader schema.
+    pub reader: ReaderSchema,
+    /// Payload format.
+    pub format: PayloadFormat,
+    /// Strategy applied to each writer version.
+    pub compatibility: Compatibility,
+    /// Output columns, in order.
+    pub columns: Vec<String>,
+    /// Event-time column: rows whose event time is outside 1970..=9999 are rejected.
+    pub event_time: String,
+    /// Most messages per batch.
+    pub capacity: usize,
 }
 
-impl AvroDecoder {
-    /// A decoder producing `columns` (in that order) of `reader` for messages of `topic`.
-    pub fn new(
-        topic: &str,
-        reader: ReaderSchema,
-        registry: SchemaRegistry,
-        columns: Vec<String>,
-        capacity: usize,
-    ) -> Result<Self, String> {
-        let probe = build_decoder(&reader.json, &reader.json, 1)?;
-        let full = probe.schema();
-        let fields = columns
+type Failed = (&'static str, String);
+
+/// Turns payloads into rows, one checked writer schema per version.
+#[derive(Clone)]
+pub struct PayloadDecoder {
+    spec: DecoderSpec,
+    registry: SchemaRegistry,
+    full_schema: SchemaRef,
+    output_schema: SchemaRef,
+    writers: HashMap<Option<i64>, Result<String, Failed>>,
+}
+
+/// Latest event time accepted (end of year 9999), epoch milliseconds.
+const MAX_EVENT_TIME_MS: i64 = 253_402_300_799_999;
+
+impl PayloadDecoder {
+    /// A decoder for `spec`, asking `registry` for writer versions it has not seen.
+    pub fn new(spec: DecoderSpec, registry: SchemaRegistry) -> Result<Self, String> {
+        let full_schema = arrow_schema_of(&spec.reader.json)?;
+        let fields = spec
+            .columns
             .iter()
             .map(|name| {
-                full.field_with_name(name)
+                full_schema
+                    .field_with_name(name)
                     .map(|f| f.clone().with_metadata(HashMap::new()))
                     .map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
-            topic: topic.to_string(),
-            reader,
+            spec,
             registry,
-            decoders: HashMap::new(),
-            columns,
+            full_schema,
             output_schema: Arc::new(Schema::new(fields)),
-            capacity: capacity.max(1),
+            writers: HashMap::new(),
         })
     }
 
@@ -91,10 +108,33 @@ impl AvroDecoder {
         self.output_schema.clone()
     }
 
+    /// Fetches and checks every version registered on the topic. Returns the versions'
+    /// verdicts (`Err` with the reasons for incompatible ones), oldest first.
+    pub async fn check_registered_versions(
+        &mut self,
+    ) -> Result<Vec<(i64, Result<(), String>)>, RegistryError> {
+        let versions = self.registry.all_versions(&self.spec.topic).await?;
+        let mut verdicts = Vec::with_capacity(versions.len());
+        for version in versions {
+            self.ensure_writer(Some(version.version)).await?;
+            let verdict = match self.writers.get(&Some(version.version)) {
+                Some(Err((_, detail))) => Err(detail.clone()),
+                _ => Ok(()),
+            };
+            verdicts.push((version.version, verdict));
+        }
+        Ok(verdicts)
+    }
+
+    /// The strategy this decoder applies.
+    pub fn compatibility(&self) -> Compatibility {
+        self.spec.compatibility
+    }
+
     /// Decodes `messages`; only a registry that cannot be reached is an error (retry).
     pub async fn decode(&mut self, messages: &[SourceMessage]) -> Result<Decoded, DecodeError> {
         for message in messages {
-            self.ensure_decoder(message.schema_version).await?;
+            self.ensure_writer(message.schema_version).await?;
         }
         let mut parts: Vec<(RecordBatch, Vec<usize>)> = Vec::new();
         let mut failures = Vec::new();
@@ -111,9 +151,11 @@ impl AvroDecoder {
         let mut batches = Vec::with_capacity(parts.len());
         let mut row_messages = Vec::with_capacity(messages.len());
         for (batch, indices) in parts {
+            let (batch, indices) = self.reject_bad_event_times(batch, indices, &mut failures)?;
             batches.push(self.project(&batch)?);
             row_messages.extend(indices);
         }
+        failures.sort_by_key(|f| f.index);
         let rows = arrow::compute::concat_batches(&self.output_schema, &batches)?;
         Ok(Decoded {
             rows,
@@ -122,132 +164,168 @@ impl AvroDecoder {
         })
     }
 
-    async fn ensure_decoder(&mut self, version: Option<i64>) -> Result<(), RegistryError> {
-        if self.decoders.contains_key(&version) {
+    /// Fetches and checks a writer version the first time it is seen.
+    async fn ensure_writer(&mut self, version: Option<i64>) -> Result<(), RegistryError> {
+        if self.writers.contains_key(&version) {
             return Ok(());
         }
-        let built = match version {
-            None => build_decoder(&self.reader.json, &self.reader.json, self.capacity)
-                .map_err(|e| ("incompatible_schema", e)),
-            Some(v) => match self.registry.writer_schema(&self.topic, v).await {
-                Ok(writer) if writer.kind.eq_ignore_ascii_case("AVRO") => {
-                    build_decoder(&writer.definition, &self.reader.json, self.capacity).map_err(
-                        |e| {
-                            (
-                                "incompatible_schema",
-                                format!(
-                            "writer schema version {v} cannot be read as the pipeline schema: {e}"
-                        ),
-                            )
-                        },
-                    )
+        let checked = match version {
+            None => Ok(self.spec.reader.json.clone()),
+            Some(v) => match self.registry.writer_schema(&self.spec.topic, v).await {
+                Ok(writer)
+                    if writer
+                        .kind
+                        .eq_ignore_ascii_case(self.spec.format.registry_type()) =>
+                {
+                    self.check_writer(v, &writer.definition)
                 }
                 Ok(writer) => Err((
                     "unsupported_schema_type",
                     format!(
-                        "schema version {v} is of type {}, expected AVRO",
-                        writer.kind
+                        "schema version {v} is of type {}, the pipeline reads {}",
+                        writer.kind,
+                        self.spec.format.registry_type()
                     ),
                 )),
                 Err(e) if e.is_transient() => return Err(e),
-                Err(e) => Err((
-                    "unknown_schema_version",
-                    format!("schema version {v} is not in the registry: {e}"),
-                )),
+                Err(e) => Err(("unknown_schema_version", format!("schema version {v}: {e}"))),
             },
         };
-        self.decoders.insert(version, built);
+        if let Err((reason, detail)) = &checked {
+            tracing::warn!(topic = %self.spec.topic, ?version, reason, %detail, "writer schema rejected");
+        }
+        self.writers.insert(version, checked);
         Ok(())
     }
 
+    fn check_writer(&self, version: i64, definition: &str) -> Result<String, Failed> {
+        let writer =
+            ReaderSchema::parse(std::path::Path::new("<registry>"), definition).map_err(|e| {
+                (
+                    "incompatible_schema",
+                    format!("schema version {version}: {e}"),
+                )
+            })?;
+        let problems = self
+            .spec
+            .compatibility
+            .problems(&self.spec.reader.avro, &writer.avro);
+        if problems.is_empty() {
+            Ok(writer.json)
+        } else {
+            Err((
+                "incompatible_schema",
+                format!(
+                    "schema version {version} is not {:?}-compatible with the pipeline schema: {}",
+                    self.spec.compatibility,
+                    problems.join("; ")
+                ),
+            ))
+        }
+    }
+
+    fn row_decoder(&self, writer_json: &str) -> Result<Box<dyn RowDecoder>, String> {
+        build_row_decoder(
+            self.spec.format,
+            writer_json,
+            &self.spec.reader.json,
+            &self.full_schema,
+            self.spec.capacity,
+        )
+    }
+
+    /// Decodes one run of messages of the same writer version: all at once, and only if
+    /// that fails, one by one so that each bad payload is named and the rest still pass.
     fn decode_run(
-        &mut self,
+        &self,
         messages: &[SourceMessage],
         run: std::ops::Range<usize>,
         parts: &mut Vec<(RecordBatch, Vec<usize>)>,
         failures: &mut Vec<DecodeFailure>,
     ) {
         let version = messages[run.start].schema_version;
-        let mut decoder = match self.decoders.remove(&version) {
-            Some(Ok(decoder)) => decoder,
+        let writer_json = match self.writers.get(&version) {
+            Some(Ok(json)) => json.clone(),
             Some(Err((reason, detail))) => {
                 failures.extend(run.map(|index| DecodeFailure {
                     index,
                     reason,
                     detail: detail.clone(),
                 }));
-                self.decoders.insert(version, Err((reason, detail)));
                 return;
             }
             None => return,
         };
-        let mut fed: Vec<usize> = Vec::new();
-        for index in run {
-            let payload = &messages[index].payload;
-            let outcome = if decoder.batch_is_full() {
-                flush_into(&mut decoder, &mut fed, parts)
-            } else {
-                Ok(())
+        let decode_all = |indices: &[usize]| -> Result<Option<RecordBatch>, String> {
+            let mut decoder = self.row_decoder(&writer_json)?;
+            for &index in indices {
+                decoder.feed(&messages[index].payload)?;
             }
-            .and_then(|()| match decoder.decode(payload) {
-                Ok(n) if n == payload.len() => Ok(()),
-                Ok(n) => Err(format!(
-                    "{} trailing bytes after the Avro datum",
-                    payload.len() - n
-                )),
-                Err(e) => Err(e.to_string()),
-            });
-            match outcome {
-                Ok(()) => fed.push(index),
-                Err(detail) => {
-                    failures.push(DecodeFailure {
-                        index,
-                        reason: "undecodable",
-                        detail,
-                    });
-                    // A failed datum may have left a partial row behind: start a clean
-                    // decoder and replay the rows this one held.
-                    decoder = match self.rebuild(version) {
-                        Ok(fresh) => fresh,
-                        Err(reason) => {
-                            failures.extend(fed.drain(..).map(|i| DecodeFailure {
-                                index: i,
-                                reason: "undecodable",
-                                detail: reason.clone(),
-                            }));
-                            continue;
-                        }
-                    };
-                    for &replayed in &fed {
-                        // These decoded once already; same bytes, same writer schema.
-                        let _ = decoder.decode(&messages[replayed].payload);
+            let batch = decoder.flush()?;
+            let rows = batch.as_ref().map_or(0, RecordBatch::num_rows);
+            if rows != indices.len() {
+                return Err(format!("{} payload(s) gave {rows} row(s)", indices.len()));
+            }
+            Ok(batch)
+        };
+        let indices: Vec<usize> = run.collect();
+        match decode_all(&indices) {
+            Ok(Some(batch)) => parts.push((batch, indices)),
+            Ok(None) => {}
+            Err(_) => {
+                for index in indices {
+                    match decode_all(&[index]) {
+                        Ok(Some(batch)) => parts.push((batch, vec![index])),
+                        Ok(None) => {}
+                        Err(detail) => failures.push(DecodeFailure {
+                            index,
+                            reason: "undecodable",
+                            detail,
+                        }),
                     }
                 }
             }
         }
-        if let Err(detail) = flush_into(&mut decoder, &mut fed, parts) {
-            failures.extend(fed.drain(..).map(|index| DecodeFailure {
-                index,
-                reason: "undecodable",
-                detail: detail.clone(),
-            }));
-        }
-        self.decoders.insert(version, Ok(decoder));
     }
 
-    fn rebuild(&self, version: Option<i64>) -> Result<Decoder, String> {
-        let writer = match version {
-            None => Some(self.reader.json.clone()),
-            Some(v) => self.registry.cached_definition(&self.topic, v),
+    fn reject_bad_event_times(
+        &self,
+        batch: RecordBatch,
+        indices: Vec<usize>,
+        failures: &mut Vec<DecodeFailure>,
+    ) -> Result<(RecordBatch, Vec<usize>), DecodeError> {
+        let Some(column) = batch.column_by_name(&self.spec.event_time) else {
+            return Ok((batch, indices));
         };
-        match writer {
-            Some(writer) => build_decoder(&writer, &self.reader.json, self.capacity),
-            None => Err("writer schema vanished from cache".into()),
+        let mut keep = Vec::with_capacity(batch.num_rows());
+        let mut kept = Vec::with_capacity(indices.len());
+        for (row, index) in indices.into_iter().enumerate() {
+            let ok = event_time_millis(column, row)
+                .is_some_and(|ms| (0..=MAX_EVENT_TIME_MS).contains(&ms));
+            if ok {
+                kept.push(index);
+            } else {
+                failures.push(DecodeFailure {
+                    index,
+                    reason: "invalid_event_time",
+                    detail: format!(
+                        "event time `{}` is missing or outside 1970-01-01..9999-12-31",
+                        self.spec.event_time
+                    ),
+                });
+            }
+            keep.push(ok);
         }
+        if kept.len() == keep.len() {
+            return Ok((batch, kept));
+        }
+        let filtered = arrow::compute::filter_record_batch(&batch, &BooleanArray::from(keep))?;
+        Ok((filtered, kept))
     }
 
     fn project(&self, batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
         let columns = self
+            .spec
             .columns
             .iter()
             .map(|name| {
@@ -258,36 +336,6 @@ impl AvroDecoder {
             .collect::<Result<Vec<_>, _>>()?;
         RecordBatch::try_new(self.output_schema.clone(), columns)
     }
-}
-
-fn flush_into(
-    decoder: &mut Decoder,
-    fed: &mut Vec<usize>,
-    parts: &mut Vec<(RecordBatch, Vec<usize>)>,
-) -> Result<(), String> {
-    match decoder.flush() {
-        Ok(Some(batch)) => {
-            parts.push((batch, std::mem::take(fed)));
-            Ok(())
-        }
-        Ok(None) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-fn build_decoder(writer_json: &str, reader_json: &str, capacity: usize) -> Result<Decoder, String> {
-    let mut store = SchemaStore::new();
-    let fingerprint = store
-        .register(AvroSchema::new(writer_json.to_string()))
-        .map_err(|e| e.to_string())?;
-    ReaderBuilder::new()
-        .with_reader_schema(AvroSchema::new(reader_json.to_string()))
-        .with_writer_schema_store(store)
-        .with_active_fingerprint(fingerprint)
-        .with_decoder_mode(DecoderMode::UnframedDatum)
-        .with_batch_size(capacity)
-        .build_decoder()
-        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -334,14 +382,16 @@ mod tests {
     async fn bad_payloads_fail_alone_and_good_rows_keep_their_order() {
         let reader = ReaderSchema::parse(std::path::Path::new("t.avsc"), SCHEMA).unwrap();
         let registry = SchemaRegistry::new(reqwest::Client::new(), "http://127.0.0.1:9");
-        let mut decoder = AvroDecoder::new(
-            "persistent://public/default/t",
-            reader.clone(),
-            registry,
-            vec!["n".into(), "id".into()],
-            16,
-        )
-        .unwrap();
+        let spec = DecoderSpec {
+            topic: "persistent://public/default/t".into(),
+            reader: reader.clone(),
+            format: PayloadFormat::Avro,
+            compatibility: Compatibility::Backward,
+            columns: vec!["n".into(), "id".into()],
+            event_time: "n".into(),
+            capacity: 16,
+        };
+        let mut decoder = PayloadDecoder::new(spec, registry).unwrap();
         let good = |n| message(datum(&reader.avro, &format!("e{n}"), n));
         let mut truncated = datum(&reader.avro, "long-enough-id", 7);
         truncated.truncate(5);

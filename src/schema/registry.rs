@@ -53,6 +53,12 @@ pub struct WriterSchema {
 }
 
 #[derive(Deserialize)]
+struct AllVersionsResponse {
+    #[serde(rename = "getSchemaResponses", default)]
+    versions: Vec<SchemaResponse>,
+}
+
+#[derive(Deserialize)]
 struct SchemaResponse {
     #[serde(default)]
     version: i64,
@@ -77,6 +83,103 @@ impl SchemaRegistry {
             admin_url: admin_url.trim_end_matches('/').to_string(),
             cache: HashMap::new(),
         }
+    }
+
+    /// Every registered version of `topic`'s schema, oldest first (empty when none).
+    pub async fn all_versions(&mut self, topic: &str) -> Result<Vec<WriterSchema>, RegistryError> {
+        let path = schema_path(topic)?;
+        let url = format!("{}/admin/v2/schemas/{path}/schemas", self.admin_url);
+        let response = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|source| RegistryError::Http {
+                url: url.clone(),
+                source,
+            })?;
+        let status = response.status();
+        if status.as_u16() == 404 {
+            return Ok(Vec::new());
+        }
+        if !status.is_success() {
+            let body: String = response
+                .text()
+                .await
+                .unwrap_or_default()
+                .chars()
+                .take(300)
+                .collect();
+            return Err(RegistryError::Status {
+                url,
+                status: status.as_u16(),
+                body,
+            });
+        }
+        let parsed: AllVersionsResponse =
+            response
+                .json()
+                .await
+                .map_err(|source| RegistryError::Http {
+                    url: url.clone(),
+                    source,
+                })?;
+        let mut versions: Vec<WriterSchema> = parsed
+            .versions
+            .into_iter()
+            .map(|r| WriterSchema {
+                version: r.version,
+                kind: r.kind,
+                definition: r.data,
+            })
+            .collect();
+        versions.sort_by_key(|v| v.version);
+        for version in &versions {
+            self.cache
+                .insert((path.clone(), version.version), version.clone());
+        }
+        Ok(versions)
+    }
+
+    /// Registers `definition` as a new version of `topic`'s schema; the broker refuses it
+    /// (409) when its namespace's compatibility strategy does. Returns the version.
+    pub async fn push(
+        &self,
+        topic: &str,
+        kind: &str,
+        definition: &str,
+    ) -> Result<i64, RegistryError> {
+        let path = schema_path(topic)?;
+        let url = format!("{}/admin/v2/schemas/{path}/schema", self.admin_url);
+        let body = serde_json::json!({"type": kind, "schema": definition, "properties": {}});
+        let response = self
+            .http
+            .post(&url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|source| RegistryError::Http {
+                url: url.clone(),
+                source,
+            })?;
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        if !status.is_success() {
+            return Err(RegistryError::Status {
+                url,
+                status: status.as_u16(),
+                body: text.chars().take(500).collect(),
+            });
+        }
+        let version = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| {
+                v["version"]
+                    .as_i64()
+                    .or_else(|| v["version"]["version"].as_i64())
+            })
+            .unwrap_or(-1);
+        Ok(version)
     }
 
     /// The definition of a version fetched before, without asking the registry.

@@ -1,0 +1,170 @@
+//! `feature-connector schemas check|push`: local schema files against the broker's registry.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
+use crate::config::PipelineConfig;
+use crate::schema::{Compatibility, ReaderSchema, SchemaRegistry};
+
+/// Options of `schemas`.
+#[derive(Debug, Args)]
+pub struct SchemasArgs {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, Subcommand)]
+enum Action {
+    /// Compare each pipeline's schema with every version registered on its topic; exit 1 if
+    /// any version is incompatible under the pipeline's strategy.
+    Check {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Pipelines to check (default: all).
+        pipelines: Vec<String>,
+    },
+    /// Register each pipeline's schema file on its topic.
+    Push {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Pipelines to push (default: all).
+        pipelines: Vec<String>,
+    },
+}
+
+/// Runs `schemas check` or `schemas push`.
+pub async fn schemas(args: SchemasArgs) -> ExitCode {
+    let (Action::Check {
+        config,
+        pipelines: names,
+    }
+    | Action::Push {
+        config,
+        pipelines: names,
+    }) = &args.action;
+    let (service, pipelines) = match config.load() {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            print_config_error(&e);
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let selected: Vec<&PipelineConfig> = pipelines
+        .iter()
+        .filter(|p| names.is_empty() || names.contains(&p.name))
+        .collect();
+    if let Some(missing) = names
+        .iter()
+        .find(|n| !pipelines.iter().any(|p| &p.name == *n))
+    {
+        eprintln!("error: no pipeline `{missing}`");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let http = match reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+    {
+        Ok(http) => http,
+        Err(e) => {
+            eprintln!("error: HTTP client: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut registry = SchemaRegistry::new(http, &service.pulsar.admin_url);
+    let mut failed = false;
+    for pipeline in selected {
+        let ok = match &args.action {
+            Action::Check { .. } => check(&mut registry, pipeline).await,
+            Action::Push { .. } => push(&registry, pipeline).await,
+        };
+        failed |= !ok;
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+async fn check(registry: &mut SchemaRegistry, pipeline: &PipelineConfig) -> bool {
+    let topic = &pipeline.source.topic.value;
+    let versions = match registry.all_versions(topic).await {
+        Ok(versions) => versions,
+        Err(e) => {
+            eprintln!("{}: error: {e}", pipeline.name);
+            return false;
+        }
+    };
+    if versions.is_empty() {
+        println!("{}: {topic} has no registered schema", pipeline.name);
+        return true;
+    }
+    // A strategy that checks nothing still decodes by Avro resolution: report that.
+    let strategy = if pipeline.compatibility.checks() {
+        pipeline.compatibility
+    } else {
+        Compatibility::Backward
+    };
+    let mut all_ok = true;
+    for version in versions {
+        let label = format!("{}: {topic} version {}", pipeline.name, version.version);
+        if !version
+            .kind
+            .eq_ignore_ascii_case(pipeline.format.registry_type())
+        {
+            println!(
+                "{label}: incompatible: type {} (the pipeline reads {})",
+                version.kind,
+                pipeline.format.registry_type()
+            );
+            all_ok = false;
+            continue;
+        }
+        let writer =
+            match ReaderSchema::parse(std::path::Path::new("<registry>"), &version.definition) {
+                Ok(writer) => writer,
+                Err(e) => {
+                    println!("{label}: incompatible: {e}");
+                    all_ok = false;
+                    continue;
+                }
+            };
+        let problems = strategy.problems(&pipeline.schema.avro, &writer.avro);
+        if problems.is_empty() {
+            println!("{label}: compatible ({strategy:?})");
+        } else {
+            all_ok = false;
+            println!("{label}: incompatible ({strategy:?})");
+            for problem in problems {
+                println!("  {problem}");
+            }
+        }
+    }
+    all_ok
+}
+
+async fn push(registry: &SchemaRegistry, pipeline: &PipelineConfig) -> bool {
+    let topic = &pipeline.source.topic.value;
+    match registry
+        .push(
+            topic,
+            pipeline.format.registry_type(),
+            &pipeline.schema.json,
+        )
+        .await
+    {
+        Ok(version) => {
+            println!(
+                "{}: registered on {topic} as version {version}",
+                pipeline.name
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("{}: the broker refused the schema: {e}", pipeline.name);
+            false
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Payload formats: one decoder per writer schema version turning payloads into Arrow rows.
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow_avro::reader::{Decoder as AvroStream, DecoderMode, ReaderBuilder};
+use arrow_avro::schema::{AvroSchema, SchemaStore};
+use serde::Deserialize;
+
+/// How payloads are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadFormat {
+    /// Pulsar AVRO schema: one raw Avro datum per message.
+    #[default]
+    Avro,
+    /// Pulsar JSON schema: one JSON object per message, described by an Avro record schema.
+    Json,
+}
+
+impl PayloadFormat {
+    /// The schema type name Pulsar's registry uses.
+    pub fn registry_type(self) -> &'static str {
+        match self {
+            PayloadFormat::Avro => "AVRO",
+            PayloadFormat::Json => "JSON",
+        }
+    }
+}
+
+/// Decodes payloads of one writer schema version into rows of the reader schema.
+pub trait RowDecoder: Send {
+    /// Takes one payload; an error means this payload cannot be decoded.
+    fn feed(&mut self, payload: &[u8]) -> Result<(), String>;
+    /// The rows fed since the last flush (exactly one per payload).
+    fn flush(&mut self) -> Result<Option<RecordBatch>, String>;
+}
+
+/// Builds a row decoder for `format` reading payloads written with `writer_json`.
+pub fn build_row_decoder(
+    format: PayloadFormat,
+    writer_json: &str,
+    reader_json: &str,
+    arrow_schema: &SchemaRef,
+    capacity: usize,
+) -> Result<Box<dyn RowDecoder>, String> {
+    match format {
+        PayloadFormat::Avro => Ok(Box::new(AvroRows::new(writer_json, reader_json, capacity)?)),
+        PayloadFormat::Json => Ok(Box::new(JsonRows::new(arrow_schema, capacity)?)),
+    }
+}
+
+/// The Arrow schema `arrow-avro` derives from an Avro reader schema.
+pub fn arrow_schema_of(reader_json: &str) -> Result<SchemaRef, String> {
+    Ok(avro_stream(reader_json, reader_json, 1)?.schema())
+}
+
+/// Raw Avro datums through `arrow-avro`, with Avro schema resolution writer → reader.
+struct AvroRows {
+    stream: AvroStream,
+    done: Vec<RecordBatch>,
+}
+
+impl AvroRows {
+    fn new(writer_json: &str, reader_json: &str, capacity: usize) -> Result<Self, String> {
+        Ok(Self {
+            stream: avro_stream(writer_json, reader_json, capacity)?,
+            done: Vec::new(),
+        })
+    }
+}
+
+impl RowDecoder for AvroRows {
+    fn feed(&mut self, payload: &[u8]) -> Result<(), String> {
+        if self.stream.batch_is_full() {
+            if let Some(batch) = self.stream.flush().map_err(|e| e.to_string())? {
+                self.done.push(batch);
+            }
+        }
+        match self.stream.decode(payload) {
+            Ok(n) if n == payload.len() => Ok(()),
+            Ok(n) => Err(format!(
+                "{} trailing bytes after the Avro datum",
+                payload.len() - n
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn flush(&mut self) -> Result<Option<RecordBatch>, String> {
+        if let Some(batch) = self.stream.flush().map_err(|e| e.to_string())? {
+            self.done.push(batch);
+        }
+        concat(std::mem::take(&mut self.done))
+    }
+}
+
+fn avro_stream(
+    writer_json: &str,
+    reader_json: &str,
+    capacity: usize,
+) -> Result<AvroStream, String> {
+    let mut store = SchemaStore::new();
+    let fingerprint = store
+        .register(AvroSchema::new(writer_json.to_string()))
+        .map_err(|e| e.to_string())?;
+    ReaderBuilder::new()
+        .with_reader_schema(AvroSchema::new(reader_json.to_string()))
+        .with_writer_schema_store(store)
+        .with_active_fingerprint(fingerprint)
+        .with_decoder_mode(DecoderMode::UnframedDatum)
+        .with_batch_size(capacity.max(1))
+        .build_decoder()
+        .map_err(|e| e.to_string())
+}
+
+/// JSON objects through `arrow-json`, typed by the reader schema; unknown fields are ignored.
+struct JsonRows {
+    stream: arrow_json::reader::Decoder,
+    done: Vec<RecordBatch>,
+}
+
+impl JsonRows {
+    fn new(schema: &SchemaRef, capacity: usize) -> Result<Self, String> {
+        let stream = arrow_json::ReaderBuilder::new(schema.clone())
+            .with_batch_size(capacity.max(1))
+            .build_decoder()
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            stream,
+            done: Vec::new(),
+        })
+    }
+}
+
+impl RowDecoder for JsonRows {
+    fn feed(&mut self, payload: &[u8]) -> Result<(), String> {
+        let text =
+            std::str::from_utf8(payload).map_err(|e| format!("payload is not UTF-8: {e}"))?;
+        if !text.trim_start().starts_with('{') {
+            return Err("payload is not a JSON object".into());
+        }
+        let mut rest = payload;
+        while !rest.is_empty() {
+            let consumed = self.stream.decode(rest).map_err(|e| e.to_string())?;
+            if consumed == 0 {
+                // The batch is full: move it aside and go on.
+                match self.stream.flush().map_err(|e| e.to_string())? {
+                    Some(batch) => self.done.push(batch),
+                    None => return Err("JSON decoder made no progress".into()),
+                }
+            }
+            rest = &rest[consumed..];
+        }
+        // Terminates the value so the next payload starts a new row.
+        self.stream.decode(b"\n").map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<Option<RecordBatch>, String> {
+        if let Some(batch) = self.stream.flush().map_err(|e| e.to_string())? {
+            self.done.push(batch);
+        }
+        concat(std::mem::take(&mut self.done))
+    }
+}
+
+fn concat(batches: Vec<RecordBatch>) -> Result<Option<RecordBatch>, String> {
+    match batches.len() {
+        0 => Ok(None),
+        1 => Ok(batches.into_iter().next()),
+        _ => {
+            let schema = batches[0].schema();
+            arrow::compute::concat_batches(&schema, &batches)
+                .map(Some)
+                .map_err(|e| e.to_string())
+        }
+    }
+}
