@@ -128,6 +128,7 @@ async fn build_lanes(
         format: pipeline.format,
         compatibility: pipeline.compatibility,
         columns: rows.columns(),
+        entity_keys: pipeline.entity_keys.clone(),
         event_time: pipeline.event_time.clone(),
         capacity: source.max_batch_messages,
     };

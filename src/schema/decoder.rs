@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef};
 
+use super::classify::{classify, Expectations};
 use super::row_decoders::{arrow_schema_of, build_row_decoder, PayloadFormat, RowDecoder};
 use super::{Compatibility, ReaderSchema, RegistryError, SchemaRegistry};
 use crate::record::event_time_millis;
@@ -59,6 +60,8 @@ pub struct DecoderSpec {
     pub compatibility: Compatibility,
     /// Output columns, in order.
     pub columns: Vec<String>,
+    /// Entity key columns (named in dead-letter reasons).
+    pub entity_keys: Vec<String>,
     /// Event-time column: rows whose event time is outside 1970..=9999 are rejected.
     pub event_time: String,
     /// Most messages per batch.
@@ -277,15 +280,36 @@ impl PayloadDecoder {
                     match decode_all(&[index]) {
                         Ok(Some(batch)) => parts.push((batch, vec![index])),
                         Ok(None) => {}
-                        Err(detail) => failures.push(DecodeFailure {
-                            index,
-                            reason: "undecodable",
-                            detail,
-                        }),
+                        Err(error) => {
+                            let (reason, detail) =
+                                self.classify(&writer_json, &messages[index].payload, &error);
+                            failures.push(DecodeFailure {
+                                index,
+                                reason,
+                                detail,
+                            });
+                        }
                     }
                 }
             }
         }
+    }
+
+    fn classify(&self, writer_json: &str, payload: &[u8], error: &str) -> (&'static str, String) {
+        let Ok(writer) = apache_avro::Schema::parse_str(writer_json) else {
+            return ("undecodable", error.to_string());
+        };
+        classify(
+            &Expectations {
+                format: self.spec.format,
+                writer: &writer,
+                reader: &self.spec.reader.avro,
+                keys: &self.spec.entity_keys,
+                event_time: &self.spec.event_time,
+            },
+            payload,
+            error,
+        )
     }
 
     fn reject_bad_event_times(
@@ -388,6 +412,7 @@ mod tests {
             format: PayloadFormat::Avro,
             compatibility: Compatibility::Backward,
             columns: vec!["n".into(), "id".into()],
+            entity_keys: vec!["id".into()],
             event_time: "n".into(),
             capacity: 16,
         };
@@ -419,7 +444,7 @@ mod tests {
             .collect();
         assert_eq!(
             failed,
-            vec![(1, "undecodable"), (3, "undecodable"), (4, "undecodable")]
+            vec![(1, "undecodable"), (3, "truncated"), (4, "trailing_bytes")]
         );
         assert!(
             decoded.failures[2].detail.contains("trailing bytes"),

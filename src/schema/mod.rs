@@ -1,6 +1,7 @@
 //! Schemas: the pipeline's reader schema, the writer schemas registered on the topic, and
 //! the decoder that resolves one to the other.
 
+mod classify;
 mod compatibility;
 mod decoder;
 mod reader_schema;

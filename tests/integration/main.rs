@@ -4,4 +4,5 @@
 mod common;
 mod end_to_end;
 mod redis_outage;
+mod schemas;
 mod validate;

@@ -98,12 +98,47 @@ impl Project {
 
     /// Writes `connectors/{name}.yaml` for the user_profile schema on this project's topic.
     pub fn pipeline(&self, name: &str, online: &str, offline: &str) {
+        self.pipeline_with_schema(name, "  file: schemas/user_profile.avsc", online, offline);
+    }
+
+    /// Writes `schemas/{file}` into the project.
+    pub fn schema_file(&self, file: &str, json: &str) {
+        std::fs::write(self.path().join("schemas").join(file), json).expect("write schema");
+    }
+
+    /// Like [`Project::pipeline`] with the lines of the `schema:` block given.
+    pub fn pipeline_with_schema(
+        &self,
+        name: &str,
+        schema_block: &str,
+        online: &str,
+        offline: &str,
+    ) {
         let yaml = format!(
-            "name: {name}\nsource:\n  topic: {}\n  subscription: {name}\n  initial_position: earliest\nschema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  event_time: event_time\nfeatures: all\n{online}\n{offline}\n",
+            "name: {name}\nsource:\n  topic: {}\n  subscription: {name}\n  initial_position: earliest\nschema:\n{schema_block}\nentity:\n  keys: [user_id]\n  event_time: event_time\nfeatures: all\n{online}\n{offline}\n",
             self.topic
         );
         std::fs::write(self.path().join(format!("connectors/{name}.yaml")), yaml)
             .expect("write pipeline");
+    }
+
+    /// Runs `produce` with extra arguments; asserts it succeeded.
+    pub fn produce_with(&self, pipeline: &str, args: &[&str]) {
+        let output = self
+            .command(&["produce", "--pipeline", pipeline])
+            .args(args)
+            .output()
+            .expect("run produce");
+        assert!(
+            output.status.success(),
+            "produce failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Runs any subcommand of the binary on this project.
+    pub fn run_command(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run feature-connector")
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -280,4 +315,103 @@ pub fn s3_store() -> Arc<dyn ObjectStore> {
             .build()
             .expect("s3 store"),
     )
+}
+
+/// Creates namespace `public/{namespace}` with the given schema compatibility strategy.
+pub async fn create_namespace(namespace: &str, strategy: &str) {
+    let http = reqwest::Client::new();
+    let url = format!("{}/admin/v2/namespaces/public/{namespace}", pulsar_admin());
+    let response = http.put(&url).send().await.expect("create namespace");
+    assert!(
+        response.status().is_success(),
+        "create namespace: {}",
+        response.status()
+    );
+    let response = http
+        .put(format!("{url}/schemaCompatibilityStrategy"))
+        .header("content-type", "application/json")
+        .body(format!("\"{strategy}\""))
+        .send()
+        .await
+        .expect("set strategy");
+    assert!(
+        response.status().is_success(),
+        "set strategy: {}",
+        response.status()
+    );
+}
+
+/// Publishes raw payloads (no schema) to `topic`.
+pub async fn publish_raw(topic: &str, payloads: Vec<Vec<u8>>) {
+    let pulsar = pulsar::Pulsar::builder(pulsar_url(), pulsar::TokioExecutor)
+        .build()
+        .await
+        .expect("pulsar client");
+    let mut producer = pulsar
+        .producer()
+        .with_topic(topic)
+        .build()
+        .await
+        .expect("raw producer");
+    for payload in payloads {
+        producer
+            .create_message()
+            .with_content(payload)
+            .with_key("raw")
+            .with_property("origin", "test")
+            .send_non_blocking()
+            .await
+            .expect("send")
+            .await
+            .expect("receipt");
+    }
+}
+
+/// Reads every message of a dead-letter topic (waits until `expected` arrived, then 2 s more
+/// to be sure nothing else comes) and returns their properties.
+pub async fn read_dead_letters(
+    topic: &str,
+    expected: usize,
+) -> Vec<std::collections::HashMap<String, String>> {
+    use futures::StreamExt;
+    let pulsar = pulsar::Pulsar::builder(pulsar_url(), pulsar::TokioExecutor)
+        .build()
+        .await
+        .expect("pulsar client");
+    let mut consumer: pulsar::Consumer<Vec<u8>, pulsar::TokioExecutor> = pulsar
+        .consumer()
+        .with_topic(topic)
+        .with_subscription(unique("dlq-reader"))
+        .with_subscription_type(pulsar::message::proto::command_subscribe::SubType::Exclusive)
+        .with_options(pulsar::ConsumerOptions {
+            initial_position: pulsar::consumer::InitialPosition::Earliest,
+            ..Default::default()
+        })
+        .build()
+        .await
+        .expect("dlq consumer");
+    let mut found = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let wait = if found.len() >= expected {
+            Duration::from_secs(2)
+        } else {
+            deadline.saturating_duration_since(Instant::now())
+        };
+        match tokio::time::timeout(wait, consumer.next()).await {
+            Ok(Some(Ok(message))) => {
+                consumer.ack(&message).await.expect("ack dlq");
+                found.push(
+                    message
+                        .metadata()
+                        .properties
+                        .iter()
+                        .map(|kv| (kv.key.clone(), kv.value.clone()))
+                        .collect(),
+                );
+            }
+            _ => break,
+        }
+    }
+    found
 }
