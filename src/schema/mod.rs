@@ -1,5 +1,5 @@
 //! Schemas: the pipeline's reader schema, the writer schemas registered on the topic, and
-//! the decoder that resolves one to the other.
+//! the decoder that resolves one to the other; which writer versions a pipeline accepts.
 
 mod classify;
 mod compatibility;

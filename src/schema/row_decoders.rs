@@ -176,3 +176,26 @@ fn concat(batches: Vec<RecordBatch>) -> Result<Option<RecordBatch>, String> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Float64Type, Int64Type};
+
+    use super::*;
+
+    #[test]
+    fn avro_resolution_promotes_int_to_long_and_double() {
+        let writer = r#"{"type":"record","name":"r","fields":[{"name":"a","type":"int"},{"name":"b","type":"int"}]}"#;
+        let reader = r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"},{"name":"b","type":"double"},
+            {"name":"c","type":"string","default":"none"}]}"#;
+        let arrow = arrow_schema_of(reader).unwrap();
+        let mut decoder = build_row_decoder(PayloadFormat::Avro, writer, reader, &arrow, 4).unwrap();
+        // a = 21 (zigzag 42), b = -3 (zigzag 5)
+        decoder.feed(&[42, 5]).unwrap();
+        let batch = decoder.flush().unwrap().unwrap();
+        assert_eq!(batch.column(0).as_primitive::<Int64Type>().value(0), 21);
+        assert_eq!(batch.column(1).as_primitive::<Float64Type>().value(0), -3.0);
+        assert_eq!(batch.column(2).as_string::<i32>().value(0), "none");
+    }
+}
