@@ -138,7 +138,6 @@ async fn build_lanes(
     refuse_incompatible_topic(&mut template)
         .await
         .map_err(setup)?;
-    let decoder = || -> Result<PayloadDecoder, RuntimeError> { Ok(template.clone()) };
     let mut lanes = Vec::new();
     let mut dead_letter_owner_taken = false;
     let lane = |sink: Box<dyn Sink>,
@@ -148,7 +147,7 @@ async fn build_lanes(
         Ok(Lane {
             pipeline: pipeline.name.clone(),
             source: Box::new(subscription),
-            decoder: decoder()?,
+            decoder: template.clone(),
             sink,
             dead_letter: dead_letter_owner.then(|| {
                 DeadLetter::new(
@@ -193,7 +192,7 @@ async fn build_lanes(
             .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
         let (store, prefix) =
             open_store(url, root, &service.offline.options).map_err(|e| setup(e.to_string()))?;
-        let schema = decoder()?.output_schema();
+        let schema = template.output_schema();
         let sink = ParquetSink::new(
             store,
             prefix,

@@ -190,7 +190,8 @@ mod tests {
         let reader = r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"},{"name":"b","type":"double"},
             {"name":"c","type":"string","default":"none"}]}"#;
         let arrow = arrow_schema_of(reader).unwrap();
-        let mut decoder = build_row_decoder(PayloadFormat::Avro, writer, reader, &arrow, 4).unwrap();
+        let mut decoder =
+            build_row_decoder(PayloadFormat::Avro, writer, reader, &arrow, 4).unwrap();
         // a = 21 (zigzag 42), b = -3 (zigzag 5)
         decoder.feed(&[42, 5]).unwrap();
         let batch = decoder.flush().unwrap().unwrap();

@@ -408,19 +408,43 @@ async fn schemas_push_registers_and_the_broker_refuses_an_incompatible_change() 
     let mut project = Project::new(&redis_url());
     project.topic = format!("persistent://public/{namespace}/features");
     project.schema_file("v3.avsc", &v3());
-    project.pipeline("p", "online:\n  key_prefix: push", "offline:\n  url: file://offline");
+    project.pipeline(
+        "p",
+        "online:\n  key_prefix: push",
+        "offline:\n  url: file://offline",
+    );
 
     let output = project.run_command(&["schemas", "push", "p"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("registered on") && stdout.contains("as version 0"), "{stdout}");
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("registered on") && stdout.contains("as version 0"),
+        "{stdout}"
+    );
     let output = project.run_command(&["schemas", "check", "p"]);
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
 
     // The same pipeline now expects v3 (purchases_30d: string): FULL refuses to register it.
-    project.pipeline_with_schema("p", "  file: schemas/v3.avsc", "online:\n  key_prefix: push", "offline:\n  url: file://offline");
+    project.pipeline_with_schema(
+        "p",
+        "  file: schemas/v3.avsc",
+        "online:\n  key_prefix: push",
+        "offline:\n  url: file://offline",
+    );
     let output = project.run_command(&["schemas", "push", "p"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("the broker refused the schema") && stderr.contains("409"), "{stderr}");
+    assert!(
+        stderr.contains("the broker refused the schema") && stderr.contains("409"),
+        "{stderr}"
+    );
 }
