@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use apache_avro::schema::{RecordField, RecordSchema};
 use apache_avro::Schema;
 
+use super::compatibility::type_name;
+
 /// Problems with a schema file or with a field a pipeline names.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
@@ -152,19 +154,5 @@ impl ReaderSchema {
                 expected: "the event time must be a non-null long (epoch millis) or timestamp-millis/micros",
             }),
         }
-    }
-}
-
-fn type_name(schema: &Schema) -> String {
-    match schema {
-        Schema::Union(u) => format!(
-            "union [{}]",
-            u.variants()
-                .iter()
-                .map(type_name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        other => format!("{:?}", apache_avro::schema::SchemaKind::from(other)).to_lowercase(),
     }
 }

@@ -60,6 +60,7 @@ struct AllVersionsResponse {
 
 #[derive(Deserialize)]
 struct SchemaResponse {
+    /// Absent in the single-version answer, which is asked for by version.
     #[serde(default)]
     version: i64,
     #[serde(rename = "type")]
@@ -85,45 +86,51 @@ impl SchemaRegistry {
         }
     }
 
+    /// Sends `request` and returns the body of a successful answer.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<String, RegistryError> {
+        let http_error = |source| RegistryError::Http {
+            url: url.to_string(),
+            source,
+        };
+        let response = request.send().await.map_err(http_error)?;
+        let status = response.status();
+        let body = response.text().await.map_err(http_error)?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(RegistryError::Status {
+                url: url.to_string(),
+                status: status.as_u16(),
+                body: body.chars().take(500).collect(),
+            })
+        }
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(url: &str, body: &str) -> Result<T, RegistryError> {
+        serde_json::from_str(body).map_err(|e| RegistryError::Status {
+            url: url.to_string(),
+            status: 200,
+            body: format!(
+                "unexpected answer ({e}): {}",
+                body.chars().take(300).collect::<String>()
+            ),
+        })
+    }
+
     /// Every registered version of `topic`'s schema, oldest first (empty when none).
     pub async fn all_versions(&mut self, topic: &str) -> Result<Vec<WriterSchema>, RegistryError> {
         let path = schema_path(topic)?;
         let url = format!("{}/admin/v2/schemas/{path}/schemas", self.admin_url);
-        let response = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .map_err(|source| RegistryError::Http {
-                url: url.clone(),
-                source,
-            })?;
-        let status = response.status();
-        if status.as_u16() == 404 {
-            return Ok(Vec::new());
-        }
-        if !status.is_success() {
-            let body: String = response
-                .text()
-                .await
-                .unwrap_or_default()
-                .chars()
-                .take(300)
-                .collect();
-            return Err(RegistryError::Status {
-                url,
-                status: status.as_u16(),
-                body,
-            });
-        }
-        let parsed: AllVersionsResponse =
-            response
-                .json()
-                .await
-                .map_err(|source| RegistryError::Http {
-                    url: url.clone(),
-                    source,
-                })?;
+        let body = match self.send(self.http.get(&url), &url).await {
+            Ok(body) => body,
+            Err(RegistryError::Status { status: 404, .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let parsed: AllVersionsResponse = Self::parse(&url, &body)?;
         let mut versions: Vec<WriterSchema> = parsed
             .versions
             .into_iter()
@@ -152,26 +159,8 @@ impl SchemaRegistry {
         let path = schema_path(topic)?;
         let url = format!("{}/admin/v2/schemas/{path}/schema", self.admin_url);
         let body = serde_json::json!({"type": kind, "schema": definition, "properties": {}});
-        let response = self
-            .http
-            .post(&url)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|source| RegistryError::Http {
-                url: url.clone(),
-                source,
-            })?;
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        if !status.is_success() {
-            return Err(RegistryError::Status {
-                url,
-                status: status.as_u16(),
-                body: text.chars().take(500).collect(),
-            });
-        }
-        let version = serde_json::from_str::<serde_json::Value>(&text)
+        let answer = self.send(self.http.post(&url).json(&body), &url).await?;
+        let version = serde_json::from_str::<serde_json::Value>(&answer)
             .ok()
             .and_then(|v| {
                 v["version"]
@@ -180,14 +169,6 @@ impl SchemaRegistry {
             })
             .unwrap_or(-1);
         Ok(version)
-    }
-
-    /// The definition of a version fetched before, without asking the registry.
-    pub fn cached_definition(&self, topic: &str, version: i64) -> Option<String> {
-        let path = schema_path(topic).ok()?;
-        self.cache
-            .get(&(path, version))
-            .map(|s| s.definition.clone())
     }
 
     /// The writer schema `version` of `topic` (a partition's name is mapped to its topic).
@@ -204,38 +185,8 @@ impl SchemaRegistry {
             "{}/admin/v2/schemas/{path}/schema/{version}",
             self.admin_url
         );
-        let response = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .map_err(|source| RegistryError::Http {
-                url: url.clone(),
-                source,
-            })?;
-        let status = response.status();
-        if !status.is_success() {
-            let body: String = response
-                .text()
-                .await
-                .unwrap_or_default()
-                .chars()
-                .take(300)
-                .collect();
-            return Err(RegistryError::Status {
-                url,
-                status: status.as_u16(),
-                body,
-            });
-        }
-        let parsed: SchemaResponse =
-            response
-                .json()
-                .await
-                .map_err(|source| RegistryError::Http {
-                    url: url.clone(),
-                    source,
-                })?;
+        let body = self.send(self.http.get(&url), &url).await?;
+        let parsed: SchemaResponse = Self::parse(&url, &body)?;
         let schema = WriterSchema {
             version: if parsed.version == 0 {
                 version

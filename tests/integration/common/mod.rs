@@ -156,26 +156,24 @@ impl Project {
 
     /// Runs `produce` and asserts it succeeded.
     pub fn produce(&self, pipeline: &str, count: u64, entities: u64, base_ms: i64, batch: u32) {
-        let output = self
-            .command(&["produce", "--pipeline", pipeline])
-            .args([
+        let (count, entities, base_ms, batch) = (
+            count.to_string(),
+            entities.to_string(),
+            base_ms.to_string(),
+            batch.to_string(),
+        );
+        self.produce_with(
+            pipeline,
+            &[
                 "--count",
-                &count.to_string(),
+                &count,
                 "--entities",
-                &entities.to_string(),
-            ])
-            .args([
+                &entities,
                 "--base-ms",
-                &base_ms.to_string(),
+                &base_ms,
                 "--batch",
-                &batch.to_string(),
-            ])
-            .output()
-            .expect("run produce");
-        assert!(
-            output.status.success(),
-            "produce failed: {}",
-            String::from_utf8_lossy(&output.stderr)
+                &batch,
+            ],
         );
     }
 
