@@ -39,6 +39,10 @@ pub struct Metrics {
     pub dead_lettered: Family<DeadLetterLabels, Counter>,
     /// Time a sink took to take a batch (including retries while its service is down).
     pub sink_write_seconds: Family<LaneLabels, Histogram>,
+    /// Event time → value acknowledged by the online store.
+    pub freshness_event_time_seconds: Family<LaneLabels, Histogram>,
+    /// Broker publish time → value acknowledged by the online store.
+    pub freshness_publish_time_seconds: Family<LaneLabels, Histogram>,
     lanes_running: AtomicUsize,
     lanes_expected: AtomicUsize,
 }
@@ -57,9 +61,25 @@ impl Metrics {
         let rows_written = Family::<LaneLabels, Counter>::default();
         let messages_acked = Family::<LaneLabels, Counter>::default();
         let dead_lettered = Family::<DeadLetterLabels, Counter>::default();
-        let sink_write_seconds = Family::<LaneLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0005, 2.0, 16))
-        });
+        // 0.5 ms … ~65 s.
+        let latency = || {
+            Family::<LaneLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+            })
+        };
+        let sink_write_seconds = latency();
+        let freshness_event_time_seconds = latency();
+        let freshness_publish_time_seconds = latency();
+        registry.register(
+            "freshness_event_time_seconds",
+            "Event time to the value being acknowledged by the online store",
+            freshness_event_time_seconds.clone(),
+        );
+        registry.register(
+            "freshness_publish_time_seconds",
+            "Broker publish time to the value being acknowledged by the online store",
+            freshness_publish_time_seconds.clone(),
+        );
         registry.register(
             "messages_received",
             "Messages taken from the subscription",
@@ -87,6 +107,8 @@ impl Metrics {
         );
         Self {
             registry,
+            freshness_event_time_seconds,
+            freshness_publish_time_seconds,
             messages_received,
             rows_written,
             messages_acked,

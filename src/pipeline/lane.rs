@@ -1,6 +1,8 @@
 //! A lane: one subscription feeding one sink, acknowledging what the sink made durable.
 
 use std::sync::Arc;
+
+use arrow::array::Array;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -8,7 +10,7 @@ use tracing::Instrument;
 
 use super::dead_letter::DeadLetter;
 use crate::metrics::{DeadLetterLabels, LaneLabels, Metrics};
-use crate::record::RowBatch;
+use crate::record::{event_time_millis, RowBatch};
 use crate::retry::Backoff;
 use crate::schema::PayloadDecoder;
 use crate::sink::{Sink, SinkError};
@@ -162,6 +164,16 @@ impl Lane {
             }
         }
         let rows = decoded.rows.num_rows() as u64;
+        let publish_times: Vec<u64> = messages.iter().map(|m| m.publish_time_ms).collect();
+        let event_times: Vec<i64> = decoded
+            .rows
+            .column_by_name(self.decoder.event_time())
+            .map(|column| {
+                (0..column.len())
+                    .filter_map(|row| event_time_millis(column, row))
+                    .collect()
+            })
+            .unwrap_or_default();
         let batch = RowBatch {
             rows: decoded.rows,
             positions: messages.into_iter().map(|m| m.position).collect(),
@@ -174,6 +186,9 @@ impl Lane {
             .observe(started.elapsed().as_secs_f64());
         match written {
             Ok(durable) => {
+                if self.sink.kind() == "online" {
+                    self.observe_freshness(&publish_times, &event_times);
+                }
                 self.metrics
                     .rows_written
                     .get_or_create(&self.labels())
@@ -198,6 +213,27 @@ impl Lane {
             .get_or_create(&self.labels())
             .inc_by(durable.len() as u64);
         Ok(())
+    }
+
+    /// Values are readable in Redis once its write returns: record how old they were then.
+    fn observe_freshness(&self, publish_times: &[u64], event_times: &[i64]) {
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let labels = self.labels();
+        let by_publish = self
+            .metrics
+            .freshness_publish_time_seconds
+            .get_or_create(&labels);
+        for &published in publish_times {
+            let age = now_ms - i64::try_from(published).unwrap_or(i64::MAX);
+            by_publish.observe(age.max(0) as f64 / 1000.0);
+        }
+        let by_event = self
+            .metrics
+            .freshness_event_time_seconds
+            .get_or_create(&labels);
+        for &event in event_times {
+            by_event.observe((now_ms - event).max(0) as f64 / 1000.0);
+        }
     }
 
     fn labels(&self) -> LaneLabels {

@@ -129,6 +129,11 @@ impl PayloadDecoder {
         Ok(verdicts)
     }
 
+    /// The event-time column of the decoded rows.
+    pub fn event_time(&self) -> &str {
+        &self.spec.event_time
+    }
+
     /// The strategy this decoder applies.
     pub fn compatibility(&self) -> Compatibility {
         self.spec.compatibility
