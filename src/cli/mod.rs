@@ -1,5 +1,6 @@
-//! Command-line interface: `run`, `validate`, `produce`, `schemas`.
+//! Command-line interface: `run`, `validate`, `produce`, `schemas`, `get`.
 
+mod get;
 mod produce;
 mod run;
 mod schemas;
@@ -31,6 +32,8 @@ enum Command {
     Validate(ConfigArgs),
     /// Publish deterministic sample Avro events to a pipeline's topic.
     Produce(produce::ProduceArgs),
+    /// Print the online feature values of entities as JSON.
+    Get(get::GetArgs),
     /// Compare local schema files with the topic's registered versions, or register them.
     Schemas(schemas::SchemasArgs),
 }
@@ -100,6 +103,7 @@ pub fn main() -> ExitCode {
             Command::Validate(args) => validate::validate(&args),
             Command::Produce(args) => produce::produce(args).await,
             Command::Schemas(args) => schemas::schemas(args).await,
+            Command::Get(args) => get::get(args).await,
         }
     })
 }

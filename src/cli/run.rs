@@ -23,7 +23,22 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
     let http = if service.http.bind.is_empty() {
         None
     } else {
-        match crate::http::serve(&service.http.bind, metrics.clone(), cancel.clone()).await {
+        let reader = if pipelines.iter().any(|p| p.online.is_some()) {
+            match crate::sink::redis::OnlineReader::connect(&service.redis.url, &pipelines).await {
+                Ok(reader) => Some(Arc::new(reader)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "online reads disabled: Redis not reachable at start");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let state = crate::http::AppState {
+            metrics: metrics.clone(),
+            reader,
+        };
+        match crate::http::serve(&service.http.bind, state, cancel.clone()).await {
             Ok(task) => Some(task),
             Err(e) => {
                 eprintln!("error: {e}");

@@ -13,3 +13,14 @@ pub use decoder::{DecodeError, DecodeFailure, Decoded, DecoderSpec, PayloadDecod
 pub use reader_schema::{ReaderSchema, SchemaError};
 pub use registry::{decode_schema_version, RegistryError, SchemaRegistry, WriterSchema};
 pub use row_decoders::PayloadFormat;
+
+/// Column names and Arrow types of the rows decoded with `reader`.
+pub fn arrow_schema_of_reader(
+    reader: &ReaderSchema,
+) -> Result<Vec<(String, arrow::datatypes::DataType)>, String> {
+    Ok(row_decoders::arrow_schema_of(&reader.json)?
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().clone()))
+        .collect())
+}

@@ -2,8 +2,10 @@
 
 mod config;
 mod layout;
+mod reader;
 mod writer;
 
 pub use config::{OnlineSinkConfig, RedisServiceConfig};
 pub use layout::{entity_key, NativeLayout, EVENT_TIME_FIELD};
+pub use reader::{OnlineReader, QueryError};
 pub use writer::RedisSink;

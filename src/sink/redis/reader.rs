@@ -1,0 +1,219 @@
+//! Reading online features back: the `get` command and the HTTP `/v1/features` API.
+
+use std::collections::HashMap;
+
+use arrow::datatypes::DataType;
+use base64::Engine;
+use redis::aio::MultiplexedConnection;
+use serde_json::{json, Map, Value};
+
+use super::layout::{entity_key, EVENT_TIME_FIELD};
+use crate::config::PipelineConfig;
+
+/// A query that cannot be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// No online pipeline of that name.
+    #[error("no online feature view `{0}`")]
+    UnknownView(String),
+    /// The entity does not name every join key of the view.
+    #[error("view `{view}` is keyed by {keys}; missing `{missing}`")]
+    MissingKey {
+        /// View.
+        view: String,
+        /// Its join keys.
+        keys: String,
+        /// The key not given.
+        missing: String,
+    },
+    /// A feature that the view does not have.
+    #[error("view `{view}` has no feature `{feature}`")]
+    UnknownFeature {
+        /// View.
+        view: String,
+        /// Feature asked for.
+        feature: String,
+    },
+    /// Redis failed.
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+impl QueryError {
+    /// Whether the caller asked for something wrong (HTTP 4xx) rather than Redis failing.
+    pub fn is_client_error(&self) -> bool {
+        !matches!(self, QueryError::Redis(_))
+    }
+}
+
+struct View {
+    prefix: String,
+    keys: Vec<String>,
+    features: Vec<(String, DataType)>,
+}
+
+/// Reads feature values of online pipelines in the native layout, typed as JSON.
+pub struct OnlineReader {
+    connection: MultiplexedConnection,
+    views: HashMap<String, View>,
+}
+
+impl OnlineReader {
+    /// Connects to `redis_url`; knows every pipeline with an online sink.
+    pub async fn connect(
+        redis_url: &str,
+        pipelines: &[PipelineConfig],
+    ) -> Result<Self, QueryError> {
+        let connection = redis::Client::open(redis_url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        let mut views = HashMap::new();
+        for pipeline in pipelines {
+            let Some(online) = &pipeline.online else {
+                continue;
+            };
+            let arrow = crate::schema::arrow_schema_of_reader(&pipeline.schema).unwrap_or_default();
+            let features = pipeline
+                .features
+                .iter()
+                .map(|f| {
+                    let data_type = arrow
+                        .iter()
+                        .find(|(name, _)| name == f)
+                        .map_or(DataType::Utf8, |(_, t)| t.clone());
+                    (f.clone(), data_type)
+                })
+                .collect();
+            views.insert(
+                pipeline.name.clone(),
+                View {
+                    prefix: online.key_prefix.clone(),
+                    keys: pipeline.entity_keys.clone(),
+                    features,
+                },
+            );
+        }
+        Ok(Self { connection, views })
+    }
+
+    /// The features of each entity (`join key → value`), all or those named.
+    pub async fn get(
+        &self,
+        view_name: &str,
+        entities: &[HashMap<String, String>],
+        wanted: Option<&[String]>,
+    ) -> Result<Vec<Value>, QueryError> {
+        let view = self
+            .views
+            .get(view_name)
+            .ok_or_else(|| QueryError::UnknownView(view_name.to_string()))?;
+        let features: Vec<&(String, DataType)> = match wanted {
+            None => view.features.iter().collect(),
+            Some(names) => names
+                .iter()
+                .map(|name| {
+                    view.features
+                        .iter()
+                        .find(|(f, _)| f == name)
+                        .ok_or_else(|| QueryError::UnknownFeature {
+                            view: view_name.to_string(),
+                            feature: name.clone(),
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let mut pipe = redis::pipe();
+        let mut keys = Vec::with_capacity(entities.len());
+        for entity in entities {
+            let values = view
+                .keys
+                .iter()
+                .map(|k| {
+                    entity
+                        .get(k)
+                        .cloned()
+                        .ok_or_else(|| QueryError::MissingKey {
+                            view: view_name.to_string(),
+                            keys: view.keys.join(", "),
+                            missing: k.clone(),
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let key = entity_key(&view.prefix, view_name, &values);
+            let mut command = redis::cmd("HMGET");
+            command.arg(&key).arg(EVENT_TIME_FIELD);
+            for (name, _) in &features {
+                command.arg(name);
+            }
+            pipe.add_command(command);
+            keys.push(values);
+        }
+        let mut connection = self.connection.clone();
+        let rows: Vec<Vec<Option<Vec<u8>>>> = pipe.query_async(&mut connection).await?;
+        Ok(rows
+            .into_iter()
+            .zip(entities)
+            .map(|(row, entity)| {
+                let mut values = row.into_iter();
+                let event_time = values
+                    .next()
+                    .flatten()
+                    .and_then(|v| String::from_utf8(v).ok()?.parse::<i64>().ok());
+                let mut out = Map::new();
+                for ((name, data_type), value) in features.iter().zip(values) {
+                    out.insert(
+                        name.clone(),
+                        value.map_or(Value::Null, |v| typed(data_type, v)),
+                    );
+                }
+                json!({
+                    "entity": entity,
+                    "found": event_time.is_some(),
+                    "event_time_ms": event_time,
+                    "features": out,
+                })
+            })
+            .collect())
+    }
+}
+
+/// Native-layout text back to a JSON value of the feature's type.
+fn typed(data_type: &DataType, raw: Vec<u8>) -> Value {
+    if matches!(
+        data_type,
+        DataType::Binary | DataType::LargeBinary | DataType::FixedSizeBinary(_)
+    ) {
+        return Value::String(base64::engine::general_purpose::STANDARD.encode(raw));
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let number = |parsed: Option<Value>| parsed.unwrap_or_else(|| Value::String(text.clone()));
+    match data_type {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
+            number(text.parse::<i64>().ok().map(Value::from))
+        }
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
+            number(text.parse::<u64>().ok().map(Value::from))
+        }
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => number(
+            text.parse::<f64>()
+                .ok()
+                .and_then(|f| serde_json::Number::from_f64(f).map(Value::Number)),
+        ),
+        DataType::Boolean => number(text.parse::<bool>().ok().map(Value::Bool)),
+        _ => Value::String(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_values_become_typed_json() {
+        assert_eq!(typed(&DataType::Int64, b"42".to_vec()), json!(42));
+        assert_eq!(typed(&DataType::Float32, b"0.5".to_vec()), json!(0.5));
+        assert_eq!(typed(&DataType::Boolean, b"true".to_vec()), json!(true));
+        assert_eq!(typed(&DataType::Utf8, b"x".to_vec()), json!("x"));
+        assert_eq!(typed(&DataType::Binary, vec![1, 2]), json!("AQI="));
+    }
+}
