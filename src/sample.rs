@@ -43,6 +43,29 @@ pub fn sample_record(schema: &Schema, spec: &SampleSpec, i: u64) -> Result<Value
     Ok(Value::Record(values))
 }
 
+/// Event indices `start..start + count`, in order or in a deterministic scrambled order
+/// (`i → start + (j · step) mod count` with `step` coprime to `count`).
+pub fn event_order(start: u64, count: u64, shuffle: bool) -> impl Iterator<Item = u64> {
+    let step = if shuffle && count > 2 {
+        let mut step = count / 2 + 1;
+        while gcd(step, count) != 1 {
+            step += 1;
+        }
+        step
+    } else {
+        1
+    };
+    (0..count).map(move |j| start + (j * step) % count.max(1))
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// The entity key value as text, as it appears in Redis keys (`user-7` or `7`).
 pub fn entity_key_text(schema: &Schema, key: &str, entity: u64) -> Option<String> {
     let Schema::Record(record) = schema else {
@@ -169,6 +192,16 @@ fn union_value(union: &UnionSchema, name: &str, index: usize, i: u64) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shuffled_order_is_a_permutation() {
+        let order: Vec<u64> = event_order(10, 1000, true).collect();
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (10..1010).collect::<Vec<_>>());
+        assert_ne!(order, sorted);
+        assert_eq!(event_order(0, 3, false).collect::<Vec<_>>(), vec![0, 1, 2]);
+    }
 
     #[test]
     fn events_are_deterministic_and_encode() {

@@ -39,6 +39,9 @@ pub struct ProduceArgs {
     /// Write with this schema file instead of the pipeline's (to produce another version).
     #[arg(long)]
     schema: Option<std::path::PathBuf>,
+    /// Publish the events in a scrambled order (event times out of order).
+    #[arg(long)]
+    shuffle: bool,
 }
 
 /// Publishes the events and waits for every receipt.
@@ -133,7 +136,8 @@ async fn publish(
     let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&schema.avro)
         .build()
         .map_err(|e| format!("schema cannot be written: {e}"))?;
-    for i in args.start..args.start + args.count {
+    let order = crate::sample::event_order(args.start, args.count, args.shuffle);
+    for i in order {
         let record = sample_record(&schema.avro, spec, i)?;
         let key =
             crate::sample::entity_key_text(&schema.avro, &key_field, i % spec.entities.max(1))

@@ -194,6 +194,8 @@ async fn ten_thousand_events_reach_redis_local_disk_and_s3() {
         r#"feature_connector_messages_acked_total{pipeline="to_local",sink="online"} 10000"#,
         r#"feature_connector_messages_acked_total{pipeline="to_s3",sink="offline"} 10000"#,
         r#"feature_connector_rows_written_total{pipeline="to_s3",sink="online"} 10000"#,
+        r#"feature_connector_freshness_publish_time_seconds_count{pipeline="to_local",sink="online"} 10000"#,
+        r#"feature_connector_freshness_event_time_seconds_count{pipeline="to_local",sink="online"} 10000"#,
     ] {
         assert!(
             metrics.contains(line),

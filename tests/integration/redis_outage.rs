@@ -2,57 +2,11 @@
 //! subscription (the offline one goes on), and once Redis is back every row lands.
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use redis::AsyncCommands;
 
 use crate::common::*;
-
-struct PrivateRedis {
-    child: Child,
-}
-
-impl PrivateRedis {
-    fn start(port: u16, dir: &std::path::Path) -> Self {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (scripts/services.sh installs it)");
-        Self { child }
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn redis_up(url: &str) -> bool {
-    match redis::Client::open(url) {
-        Ok(client) => client.get_multiplexed_async_connection().await.is_ok(),
-        Err(_) => false,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {

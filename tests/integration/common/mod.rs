@@ -70,7 +70,7 @@ impl Project {
         .expect("copy schema");
         let http_port = free_port();
         let config = format!(
-            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\noffline:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"127.0.0.1:{http_port}\"\nshutdown_timeout: 20s\n",
+            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\noffline:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"${{FC_HTTP_BIND:-127.0.0.1:{http_port}}}\"\nshutdown_timeout: 20s\n",
             pulsar_url(),
             pulsar_admin(),
             s3_endpoint()
@@ -141,6 +141,13 @@ impl Project {
         self.command(args).output().expect("run feature-connector")
     }
 
+    /// A command of the binary on this project with extra environment variables.
+    pub fn command_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut command = self.command(args);
+        command.envs(env.iter().copied());
+        command
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_feature-connector"));
         command
@@ -179,16 +186,23 @@ impl Project {
 
     /// Starts `run`, logging to `run.log` in the project.
     pub fn start(&self) -> Connector {
-        let log = std::fs::File::create(self.path().join("run.log")).expect("log file");
+        self.start_with_env("run.log", &[])
+    }
+
+    /// Starts `run` with extra environment variables, logging to `log_name`.
+    pub fn start_with_env(&self, log_name: &str, env: &[(&str, &str)]) -> Connector {
+        let log_path = self.path().join(log_name);
+        let log = std::fs::File::create(&log_path).expect("log file");
         let child = self
             .command(&["run"])
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start connector");
         Connector {
             child,
-            log: self.path().join("run.log"),
+            log: log_path,
         }
     }
 
@@ -412,4 +426,50 @@ pub async fn read_dead_letters(
         }
     }
     found
+}
+
+/// A redis-server of a test's own, on its own port.
+pub struct PrivateRedis {
+    child: Child,
+}
+
+impl PrivateRedis {
+    /// Starts it without persistence.
+    pub fn start(port: u16, dir: &std::path::Path) -> Self {
+        Self::start_with(port, dir, &["--save", "", "--appendonly", "no"])
+    }
+
+    /// Starts it with extra `redis-server` arguments.
+    pub fn start_with(port: u16, dir: &std::path::Path, extra: &[&str]) -> Self {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(extra)
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (scripts/services.sh installs it)");
+        Self { child }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether a Redis at `url` accepts a connection.
+pub async fn redis_up(url: &str) -> bool {
+    match redis::Client::open(url) {
+        Ok(client) => client.get_multiplexed_async_connection().await.is_ok(),
+        Err(_) => false,
+    }
 }

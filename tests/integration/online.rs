@@ -1,0 +1,322 @@
+//! The online store in depth: latest-wins under reordering and concurrent replicas, TTL
+//! expiry, typed reads through `get` and HTTP, AUTH, and a Redis crash mid-stream.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use crate::common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_order_events_from_two_replicas_end_with_the_newest_per_entity() {
+    const EVENTS: u64 = 30_000;
+    const ENTITIES: u64 = 10_000;
+    const BASE: i64 = 1_784_000_000_000;
+    let project = Project::new(&redis_url());
+    let prefix = unique("lw");
+    std::fs::write(
+        project.path().join("connectors/lw.yaml"),
+        format!(
+            "name: lw\nsource:\n  topic: {}\n  subscription: lw\n  subscription_type: Shared\n  initial_position: earliest\n  max_batch_messages: 500\nschema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  event_time: event_time\nonline:\n  key_prefix: {prefix}\n",
+            project.topic
+        ),
+    )
+    .expect("pipeline");
+    project.produce_with(
+        "lw",
+        &[
+            "--count",
+            &EVENTS.to_string(),
+            "--entities",
+            &ENTITIES.to_string(),
+            "--base-ms",
+            &BASE.to_string(),
+            "--shuffle",
+        ],
+    );
+    let second_port = free_port();
+    let second_bind = format!("127.0.0.1:{second_port}");
+    let first = project.start();
+    let second = project.start_with_env("run2.log", &[("FC_HTTP_BIND", &second_bind)]);
+    let topic = project.topic.clone();
+    wait_until(
+        "both replicas to drain the subscription",
+        Duration::from_secs(120),
+        || {
+            let topic = topic.clone();
+            async move { backlog(&topic, "lw-online").await == Some(0) }
+        },
+    )
+    .await;
+
+    let received = |metrics: &str| -> u64 {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    r#"feature_connector_messages_received_total{pipeline="lw",sink="online"}"#,
+                )
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let (_, one) = project.http_get("/metrics").await.expect("metrics 1");
+    let two = reqwest::get(format!("http://{second_bind}/metrics"))
+        .await
+        .expect("metrics 2")
+        .text()
+        .await
+        .expect("text");
+    let (a, b) = (received(&one), received(&two));
+    assert!(a > 0 && b > 0, "both replicas wrote (received {a} and {b})");
+    assert!(a + b >= EVENTS, "every event was received ({a} + {b})");
+    assert_eq!(first.stop(), 0);
+    assert_eq!(second.stop(), 0);
+
+    let mut redis = redis(&redis_url()).await;
+    let mut pipe = redis::pipe();
+    for entity in 0..ENTITIES {
+        pipe.cmd("HMGET")
+            .arg(format!("{prefix}:lw:user-{entity}"))
+            .arg("_ts")
+            .arg("purchases_30d");
+    }
+    let rows: Vec<(Option<i64>, Option<u64>)> = pipe.query_async(&mut redis).await.expect("hmget");
+    for (entity, (ts, purchases)) in rows.into_iter().enumerate() {
+        let newest = EVENTS - ENTITIES + entity as u64;
+        assert_eq!(
+            ts,
+            Some(BASE + newest as i64),
+            "entity {entity}: newest event time wins"
+        );
+        assert_eq!(
+            purchases,
+            Some(newest * 3),
+            "entity {entity}: values of the newest event"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_expires_and_reads_are_typed_through_get_and_http() {
+    const BASE: i64 = 1_785_000_000_000;
+    let project = Project::new(&redis_url());
+    let prefix = unique("ttl");
+    project.pipeline(
+        "ttl",
+        &format!("online:\n  key_prefix: {prefix}\n  ttl: 3s"),
+        "offline:\n  enabled: false",
+    );
+    project.produce("ttl", 100, 10, BASE, 0);
+    let connector = project.start();
+    let topic = project.topic.clone();
+    wait_until("drained", Duration::from_secs(60), || {
+        let topic = topic.clone();
+        async move { backlog(&topic, "ttl-online").await == Some(0) }
+    })
+    .await;
+
+    // Entity user-7: newest event 97.
+    let output = project.run_command(&[
+        "get",
+        "--pipeline",
+        "ttl",
+        "--entity",
+        "user_id=user-7",
+        "--features",
+        "purchases_30d,is_premium,ctr_7d,favourite_category",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_slice(&output.stdout).expect("get prints JSON");
+    assert_eq!(
+        got,
+        serde_json::json!({
+            "entity": {"user_id": "user-7"},
+            "found": true,
+            "event_time_ms": BASE + 97,
+            "features": {"purchases_30d": 291, "is_premium": false, "ctr_7d": 29.25, "favourite_category": "favourite_category-97"}
+        })
+    );
+    let (status, body) = project
+        .http_get("/v1/features/ttl?user_id=user-1&user_id=nobody&features=sessions_7d")
+        .await
+        .expect("http");
+    assert_eq!(status, 200, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        body["results"][0]["features"]["sessions_7d"],
+        serde_json::json!(94)
+    );
+    assert_eq!(body["results"][1]["found"], serde_json::json!(false));
+    let response = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{}/v1/features/ttl", project.http_port))
+        .json(&serde_json::json!({"entities": [{"user_id": "user-2"}], "features": ["purchases_30d"]}))
+        .send()
+        .await
+        .expect("post");
+    let body: serde_json::Value = response.json().await.expect("json");
+    assert_eq!(
+        body["results"][0]["features"]["purchases_30d"],
+        serde_json::json!(92 * 3)
+    );
+    let (status, _) = project
+        .http_get("/v1/features/ttl?user_id=user-1&features=nope")
+        .await
+        .expect("http");
+    assert_eq!(status, 400);
+    let (status, _) = project
+        .http_get("/v1/features/nope?user_id=1")
+        .await
+        .expect("http");
+    assert_eq!(status, 404);
+    assert_eq!(connector.stop(), 0);
+
+    let mut redis = redis(&redis_url()).await;
+    let ttl: i64 = redis
+        .pttl(format!("{prefix}:ttl:user-7"))
+        .await
+        .expect("pttl");
+    assert!(ttl > 0 && ttl <= 3000, "TTL set, got {ttl}");
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let keys: Vec<String> = redis.keys(format!("{prefix}:ttl:*")).await.expect("keys");
+    assert!(keys.is_empty(), "keys expired: {keys:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_password_comes_from_env_and_a_wrong_one_fails_at_start() {
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("dir");
+    let _server = PrivateRedis::start_with(
+        port,
+        dir.path(),
+        &["--save", "", "--requirepass", "s3cr3t-pw"],
+    );
+    let good = format!("redis://:s3cr3t-pw@127.0.0.1:{port}");
+    wait_until("redis", Duration::from_secs(10), || redis_up(&good)).await;
+
+    // The service file takes the password from the environment.
+    let project = Project::new(&format!(
+        "redis://:${{FC_IT_REDIS_PASSWORD}}@127.0.0.1:{port}"
+    ));
+    project.pipeline(
+        "auth",
+        "online:\n  key_prefix: auth",
+        "offline:\n  enabled: false",
+    );
+    // Children inherit it; only this test's config names the variable.
+    std::env::set_var("FC_IT_REDIS_PASSWORD", "s3cr3t-pw");
+    project.produce("auth", 20, 5, 1_786_000_000_000, 0);
+    let connector = project.start_with_env("run.log", &[("FC_IT_REDIS_PASSWORD", "s3cr3t-pw")]);
+    let topic = project.topic.clone();
+    wait_until("drained", Duration::from_secs(60), || {
+        let topic = topic.clone();
+        async move { backlog(&topic, "auth-online").await == Some(0) }
+    })
+    .await;
+    let log = connector.log();
+    assert_eq!(connector.stop(), 0);
+    assert!(
+        !log.contains("s3cr3t-pw"),
+        "the password is never logged:\n{log}"
+    );
+    let mut redis = redis(&good).await;
+    let keys: Vec<String> = redis.keys("auth:auth:*").await.expect("keys");
+    assert_eq!(keys.len(), 5);
+
+    let output = project
+        .command_with_env(&["run"], &[("FC_IT_REDIS_PASSWORD", "wrong-pw")])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Redis refused the login"), "{stderr}");
+    assert!(
+        !stderr.contains("wrong-pw"),
+        "the password is never printed:\n{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_crash_mid_stream_loses_nothing() {
+    const EVENTS: u64 = 20_000;
+    const ENTITIES: u64 = 2_000;
+    const BASE: i64 = 1_787_000_000_000;
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().expect("dir");
+    // Durable like a production Redis: every acknowledged write is on disk.
+    let durable = [
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ];
+    let server = PrivateRedis::start_with(port, dir.path(), &durable);
+    wait_until("redis", Duration::from_secs(10), || redis_up(&url)).await;
+    let project = Project::new(&url);
+    std::fs::write(
+        project.path().join("connectors/crash.yaml"),
+        format!(
+            "name: crash\nsource:\n  topic: {}\n  subscription: crash\n  max_batch_messages: 200\nschema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  event_time: event_time\nonline:\n  key_prefix: crash\n",
+            project.topic
+        ),
+    )
+    .expect("pipeline");
+    project.produce("crash", EVENTS, ENTITIES, BASE, 0);
+    let mut connector = project.start();
+    let topic = project.topic.clone();
+    wait_until("some progress", Duration::from_secs(60), || {
+        let topic = topic.clone();
+        async move {
+            backlog(&topic, "crash-online")
+                .await
+                .is_some_and(|b| b < EVENTS)
+        }
+    })
+    .await;
+    server.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stalled = backlog(&project.topic, "crash-online")
+        .await
+        .expect("backlog");
+    assert!(stalled > 0, "the crash hit mid-stream");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        backlog(&project.topic, "crash-online").await,
+        Some(stalled),
+        "nothing acknowledged while Redis is down"
+    );
+    connector.assert_running();
+
+    let _server = PrivateRedis::start_with(port, dir.path(), &durable);
+    wait_until(
+        "drained after Redis returned",
+        Duration::from_secs(90),
+        || {
+            let topic = topic.clone();
+            async move { backlog(&topic, "crash-online").await == Some(0) }
+        },
+    )
+    .await;
+    assert_eq!(connector.stop(), 0);
+    let mut redis = redis(&url).await;
+    for entity in 0..ENTITIES {
+        let stored: HashMap<String, Vec<u8>> = redis
+            .hgetall(format!("crash:crash:user-{entity}"))
+            .await
+            .expect("hgetall");
+        let newest = EVENTS - ENTITIES + entity;
+        assert_eq!(
+            stored.get("_ts"),
+            Some(&(BASE + newest as i64).to_string().into_bytes()),
+            "entity {entity}"
+        );
+    }
+}
