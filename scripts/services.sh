@@ -2,6 +2,8 @@
 # Real services for the integration tests, all on 127.0.0.1, no Docker:
 #   Pulsar standalone 4.0.x  pulsar://127.0.0.1:6650   admin http://127.0.0.1:8080
 #   Redis                    redis://127.0.0.1:6379
+#   Redis Cluster, 3 masters redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003
+#   Redis over TLS + ACL     rediss://app:app-secret@127.0.0.1:6390   CA <state>/tls/ca.crt
 #   S3 (moto_server)         http://127.0.0.1:9000     bucket feature-connector-test
 #
 # Usage: scripts/services.sh [start|stop|status|env]     (default: start)
@@ -26,6 +28,12 @@ PULSAR_BIN_PORT=6650
 PULSAR_HTTP_PORT=8080
 PULSAR_ADMIN=http://127.0.0.1:$PULSAR_HTTP_PORT
 REDIS_PORT=6379
+CLUSTER_PORTS=(7001 7002 7003) # cluster bus on PORT+10000
+CLUSTER_DIR=$STATE/cluster
+REDIS_TLS_PORT=6390
+REDIS_TLS_USER=app
+REDIS_TLS_PASS=app-secret
+TLS_DIR=$STATE/tls
 S3_PORT=9000
 S3_URL=http://127.0.0.1:$S3_PORT
 S3_BUCKET=feature-connector-test
@@ -117,6 +125,8 @@ pick_java() {
 ensure_packages() {
   local missing=()
   command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v redis-cli >/dev/null || missing+=(redis-tools)
+  command -v openssl >/dev/null || missing+=(openssl)
   command -v protoc >/dev/null || missing+=(protobuf-compiler)
   command -v curl >/dev/null || missing+=(curl)
   command -v mvn >/dev/null || missing+=(maven)
@@ -287,6 +297,192 @@ start_redis() {
   die "redis: did not answer PING within 10 s"
 }
 
+# ---------------------------------------------------------------- redis cluster
+
+# rcli PORT ARGS...: redis-cli against 127.0.0.1:PORT (plain TCP), errors silenced
+rcli() { local port=$1; shift; timeout 5 redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null; }
+node_ping() { local r; r=$(rcli "$1" ping) || return 1; [[ $r == PONG ]]; }
+# cluster_field PORT FIELD: one value of CLUSTER INFO on that node
+cluster_field() { local r; r=$(rcli "$1" cluster info) || return 0; tr -d '\r' <<<"$r" | sed -n "s/^$2://p"; }
+cluster_ok() {
+  local p
+  for p in "${CLUSTER_PORTS[@]}"; do [[ $(cluster_field "$p" cluster_state) == ok ]] || return 1; done
+}
+# every node alone and without slots: `redis-cli --cluster create` has not run yet
+cluster_pristine() {
+  local p
+  for p in "${CLUSTER_PORTS[@]}"; do
+    [[ $(cluster_field "$p" cluster_known_nodes) == 1 && $(cluster_field "$p" cluster_slots_assigned) == 0 ]] || return 1
+  done
+}
+cluster_urls() { local p u=(); for p in "${CLUSTER_PORTS[@]}"; do u+=("redis://127.0.0.1:$p"); done; (IFS=,; echo "${u[*]}"); }
+cluster_pids() {
+  local p pid out=()
+  for p in "${CLUSTER_PORTS[@]}"; do pid=$(our_pid "redis-cluster-$p" "redis-server 127.0.0.1:$p") || return 1; out+=("$pid"); done
+  (IFS=,; echo "${out[*]}")
+}
+
+start_redis_cluster() {
+  local p n_ours=0 n_up=0 i t0
+  for p in "${CLUSTER_PORTS[@]}"; do
+    if our_pid "redis-cluster-$p" "redis-server 127.0.0.1:$p" >/dev/null && node_ping "$p"; then n_ours=$((n_ours + 1)); fi
+    if node_ping "$p"; then n_up=$((n_up + 1)); fi
+  done
+  if ((n_ours == 3)) && cluster_ok; then
+    log "redis-cluster: already running (pids $(cluster_pids))"; return
+  fi
+  if ((n_ours == 0 && n_up == 3)) && cluster_ok; then
+    log "redis-cluster: reusing a cluster already answering on ${CLUSTER_PORTS[*]}"; return
+  fi
+  t0=$(date +%s)
+  if ((n_ours < 3)); then
+    # Nodes keep no data, so a partial cluster is rebuilt from scratch: stop what is left of
+    # ours, wipe the node configs (stale node ids/slots would block `--cluster create`).
+    if ((n_ours > 0)); then
+      log "redis-cluster: only $n_ours of 3 nodes up, re-forming from scratch"
+      for p in "${CLUSTER_PORTS[@]}"; do stop_pid "redis-cluster-$p" "redis-server 127.0.0.1:$p" & done
+      wait
+    fi
+    for p in "${CLUSTER_PORTS[@]}"; do
+      if port_open "$p" || port_open $((p + 10000)); then
+        die "port $p or $((p + 10000)) is taken by something that is not this script's cluster node"
+      fi
+    done
+    rm -rf "$CLUSTER_DIR"
+    for p in "${CLUSTER_PORTS[@]}"; do
+      mkdir -p "$CLUSTER_DIR/$p"
+      rm -f "$STATE/redis-cluster-$p.pid"
+      redis-server --bind 127.0.0.1 --port "$p" --daemonize yes \
+        --cluster-enabled yes --cluster-config-file "$CLUSTER_DIR/nodes-$p.conf" \
+        --pidfile "$STATE/redis-cluster-$p.pid" --dir "$CLUSTER_DIR/$p" \
+        --logfile "$LOGS/redis-cluster-$p.log" \
+        --save '' --appendonly no </dev/null >/dev/null 9>&-
+    done
+    for p in "${CLUSTER_PORTS[@]}"; do
+      for ((i = 0; i < 100; i++)); do node_ping "$p" && break; sleep 0.1; done
+      node_ping "$p" || { tail -n 20 "$LOGS/redis-cluster-$p.log" >&2 || true; die "redis-cluster: node $p did not answer PING within 10 s"; }
+    done
+  fi
+  if cluster_pristine; then
+    local addrs=()
+    for p in "${CLUSTER_PORTS[@]}"; do addrs+=("127.0.0.1:$p"); done
+    timeout 60 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
+      </dev/null >"$LOGS/redis-cluster-create.log" 2>&1 ||
+      { tail -n 30 "$LOGS/redis-cluster-create.log" >&2; die "redis-cli --cluster create failed"; }
+  fi
+  for ((i = 0; i < 300; i++)); do cluster_ok && break; sleep 0.1; done
+  if ! cluster_ok; then
+    for p in "${CLUSTER_PORTS[@]}"; do echo "---- 127.0.0.1:$p cluster info" >&2; rcli "$p" cluster info >&2 || true; done
+    die "redis-cluster: cluster_state is not ok after 30 s (try: $0 stop; $0 start)"
+  fi
+  log "redis-cluster: ready in $(($(date +%s) - t0)) s on $(cluster_urls) (pids $(cluster_pids || echo '?'))"
+}
+
+# ---------------------------------------------------------------- redis over tls
+
+tls_ping() {
+  local r
+  r=$(timeout 5 redis-cli --tls --cacert "$TLS_DIR/ca.crt" -h 127.0.0.1 -p "$REDIS_TLS_PORT" \
+        --user "$REDIS_TLS_USER" --pass "$REDIS_TLS_PASS" --no-auth-warning ping 2>/dev/null) || return 1
+  [[ $r == PONG ]]
+}
+
+tls_certs_valid() {
+  local f
+  for f in ca.crt ca.key server.crt server.key client.crt client.key; do [[ -s $TLS_DIR/$f ]] || return 1; done
+  openssl verify -CAfile "$TLS_DIR/ca.crt" "$TLS_DIR/server.crt" "$TLS_DIR/client.crt" >/dev/null 2>&1 &&
+    openssl x509 -noout -checkend 86400 -in "$TLS_DIR/server.crt" >/dev/null 2>&1 &&
+    openssl x509 -noout -checkend 86400 -in "$TLS_DIR/client.crt" >/dev/null 2>&1
+}
+
+# Self-signed CA plus a server certificate (SAN 127.0.0.1, localhost) and a client
+# certificate, generated once into $TLS_DIR (again only when missing, invalid or expiring).
+ensure_tls_certs() {
+  TLS_REGENERATED=0
+  tls_certs_valid && return 0
+  log "redis-tls: generating a test CA and server/client certificates in $TLS_DIR"
+  local tmp
+  tmp=$(mktemp -d "$STATE/tls.XXXXXX")
+  cat >"$tmp/openssl.cnf" <<'EOF'
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = feature-connector test CA
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+[client]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+EOF
+  if ! (
+    set -e
+    cd "$tmp"
+    openssl req -x509 -new -nodes -newkey rsa:2048 -sha256 -days 3650 -config openssl.cnf \
+      -extensions ca -keyout ca.key -out ca.crt
+    for who in server client; do
+      cn=127.0.0.1; [[ $who == client ]] && cn=$REDIS_TLS_USER
+      openssl req -new -nodes -newkey rsa:2048 -sha256 -subj "/CN=$cn" -keyout "$who.key" -out "$who.csr"
+      openssl x509 -req -sha256 -days 3650 -in "$who.csr" -CA ca.crt -CAkey ca.key \
+        -set_serial "0x$(openssl rand -hex 15)" -extfile openssl.cnf -extensions "$who" -out "$who.crt"
+    done
+    rm -f ./*.csr
+    chmod 600 ./*.key
+  ) >"$LOGS/openssl.log" 2>&1; then
+    tail -n 20 "$LOGS/openssl.log" >&2; rm -rf "$tmp"; die "redis-tls: openssl could not create the certificates"
+  fi
+  rm -rf "$TLS_DIR"
+  mv "$tmp" "$TLS_DIR"
+  TLS_REGENERATED=1
+}
+
+start_redis_tls() {
+  local marker="redis-server 127.0.0.1:$REDIS_TLS_PORT" i t0
+  ensure_tls_certs
+  if our_pid redis-tls "$marker" >/dev/null; then
+    if ((TLS_REGENERATED)); then
+      log "redis-tls: certificates changed, restarting"
+      stop_pid redis-tls "$marker"
+    elif tls_ping; then
+      log "redis-tls: already running (pid $(our_pid redis-tls "$marker"))"; return
+    fi
+  fi
+  if tls_ping; then log "redis-tls: reusing a server already answering TLS+AUTH PING on $REDIS_TLS_PORT"; return; fi
+  if our_pid redis-tls "$marker" >/dev/null; then stop_pid redis-tls "$marker"; fi # ours but not answering
+  port_open $REDIS_TLS_PORT && die "port $REDIS_TLS_PORT is taken by something that does not answer TLS+AUTH PING"
+  t0=$(date +%s)
+  mkdir -p "$STATE/redis-tls"
+  rm -f "$STATE/redis-tls.pid"
+  # TLS only (plain port 0); clients need no certificate but must AUTH as user app.
+  if ! redis-server --bind 127.0.0.1 --port 0 --tls-port "$REDIS_TLS_PORT" --daemonize yes \
+      --tls-cert-file "$TLS_DIR/server.crt" --tls-key-file "$TLS_DIR/server.key" \
+      --tls-ca-cert-file "$TLS_DIR/ca.crt" --tls-auth-clients no \
+      --user default off --user "$REDIS_TLS_USER" on ">$REDIS_TLS_PASS" '~*' '&*' '+@all' \
+      --pidfile "$STATE/redis-tls.pid" --dir "$STATE/redis-tls" --logfile "$LOGS/redis-tls.log" \
+      --save '' --appendonly no </dev/null >"$LOGS/redis-tls.out" 2>&1 9>&-; then
+    tail -n 20 "$LOGS/redis-tls.out" "$LOGS/redis-tls.log" >&2 2>/dev/null || true
+    die "redis-tls: redis-server refused the TLS configuration (does this build support TLS?)"
+  fi
+  for ((i = 0; i < 100; i++)); do
+    tls_ping && { log "redis-tls: ready in $(($(date +%s) - t0)) s on rediss://127.0.0.1:$REDIS_TLS_PORT (pid $(cat "$STATE/redis-tls.pid" 2>/dev/null))"; return; }
+    sleep 0.1
+  done
+  tail -n 20 "$LOGS/redis-tls.log" >&2 || true
+  die "redis-tls: no PONG over TLS with AUTH $REDIS_TLS_USER within 10 s"
+}
+
 # ---------------------------------------------------------------- s3 (moto)
 
 s3_answers() { [[ $(http_code "$S3_URL/") == 200 ]]; }
@@ -324,6 +520,9 @@ write_env() {
 export PULSAR_URL=pulsar://127.0.0.1:$PULSAR_BIN_PORT
 export PULSAR_ADMIN_URL=$PULSAR_ADMIN
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT
+export REDIS_CLUSTER_URLS=$(cluster_urls)
+export REDIS_TLS_URL=rediss://$REDIS_TLS_USER:$REDIS_TLS_PASS@127.0.0.1:$REDIS_TLS_PORT
+export REDIS_TLS_CA=$TLS_DIR/ca.crt
 export S3_ENDPOINT=$S3_URL
 export S3_BUCKET=$S3_BUCKET
 export AWS_ACCESS_KEY_ID=testing
@@ -340,6 +539,8 @@ cmd_start() {
   ensure_packages
   start_pulsar   # slowest: launched first, awaited last
   start_redis
+  start_redis_cluster
+  start_redis_tls
   start_s3
   wait_pulsar
   write_env
@@ -353,22 +554,36 @@ cmd_stop() {
   stop_pid pulsar PulsarStandaloneStarter &
   stop_pid s3 moto &
   stop_pid redis redis-server &
+  local p
+  for p in "${CLUSTER_PORTS[@]}"; do stop_pid "redis-cluster-$p" "redis-server 127.0.0.1:$p" & done
+  stop_pid redis-tls "redis-server 127.0.0.1:$REDIS_TLS_PORT" &
   wait
 }
 
 cmd_status() {
   local down=0 pid
   if pid=$(our_pid pulsar PulsarStandaloneStarter); then
-    if pulsar_ready; then echo "pulsar  up    pid $pid  pulsar://127.0.0.1:$PULSAR_BIN_PORT  $PULSAR_ADMIN"
-    else echo "pulsar  starting/unhealthy  pid $pid"; down=1; fi
-  elif pulsar_ready; then echo "pulsar  up    (not started by this script)  $PULSAR_ADMIN"
-  else echo "pulsar  down"; down=1; fi
-  if pid=$(our_pid redis redis-server) && redis_ping; then echo "redis   up    pid $pid  redis://127.0.0.1:$REDIS_PORT"
-  elif redis_ping; then echo "redis   up    (not started by this script)  redis://127.0.0.1:$REDIS_PORT"
-  else echo "redis   down"; down=1; fi
-  if pid=$(our_pid s3 moto) && s3_answers; then echo "s3      up    pid $pid  $S3_URL  bucket $S3_BUCKET"
-  elif s3_answers; then echo "s3      up    (not started by this script)  $S3_URL"
-  else echo "s3      down"; down=1; fi
+    if pulsar_ready; then echo "pulsar         up    pid $pid  pulsar://127.0.0.1:$PULSAR_BIN_PORT  $PULSAR_ADMIN"
+    else echo "pulsar         starting/unhealthy  pid $pid"; down=1; fi
+  elif pulsar_ready; then echo "pulsar         up    (not started by this script)  $PULSAR_ADMIN"
+  else echo "pulsar         down"; down=1; fi
+  if pid=$(our_pid redis redis-server) && redis_ping; then echo "redis          up    pid $pid  redis://127.0.0.1:$REDIS_PORT"
+  elif redis_ping; then echo "redis          up    (not started by this script)  redis://127.0.0.1:$REDIS_PORT"
+  else echo "redis          down"; down=1; fi
+  if pid=$(cluster_pids) && cluster_ok; then echo "redis-cluster  up    pids $pid  $(cluster_urls)  cluster_state:ok"
+  elif cluster_ok; then echo "redis-cluster  up    (not started by this script)  $(cluster_urls)"
+  else
+    local p up=()
+    for p in "${CLUSTER_PORTS[@]}"; do if node_ping "$p"; then up+=("$p:$(cluster_field "$p" cluster_state)"); fi; done
+    echo "redis-cluster  down  (${#up[@]} of 3 nodes answer${up[*]:+: ${up[*]}})"; down=1
+  fi
+  if pid=$(our_pid redis-tls "redis-server 127.0.0.1:$REDIS_TLS_PORT") && tls_ping; then
+    echo "redis-tls      up    pid $pid  rediss://$REDIS_TLS_USER:***@127.0.0.1:$REDIS_TLS_PORT  CA $TLS_DIR/ca.crt"
+  elif tls_ping; then echo "redis-tls      up    (not started by this script)  rediss://127.0.0.1:$REDIS_TLS_PORT"
+  else echo "redis-tls      down"; down=1; fi
+  if pid=$(our_pid s3 moto) && s3_answers; then echo "s3             up    pid $pid  $S3_URL  bucket $S3_BUCKET"
+  elif s3_answers; then echo "s3             up    (not started by this script)  $S3_URL"
+  else echo "s3             down"; down=1; fi
   return $((down ? 3 : 0))
 }
 
@@ -377,6 +592,6 @@ case ${1:-start} in
   stop) cmd_stop ;;
   status) rc=0 && { cmd_status || rc=$?; } && exit "$rc" ;;
   env) mkdir -p "$STATE" && write_env && cat "$STATE/env" ;;
-  -h | --help | help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+  -h | --help | help) sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
   *) echo "usage: $0 [start|stop|status|env]" >&2; exit 2 ;;
 esac
