@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned};
 use crate::schema::{Compatibility, PayloadFormat, ReaderSchema};
 use crate::sink::parquet::OfflineSinkConfig;
-use crate::sink::redis::OnlineSinkConfig;
+use crate::sink::redis::{feast_supports, LayoutKind, OnlineSinkConfig};
 use crate::source::pulsar::PulsarSourceConfig;
 
 /// A pipeline file as written.
@@ -268,6 +268,21 @@ fn check(
     let offline = parsed.offline.filter(|o| o.enabled);
     if let Some(online) = &online {
         issues.extend(online.check(file));
+        if let (LayoutKind::Feast, Some(schema)) = (online.layout, &schema) {
+            let types = crate::schema::arrow_schema_of_reader(schema).unwrap_or_default();
+            for (name, data_type) in types.iter().filter(|(n, _)| features.contains(n)) {
+                if !feast_supports(data_type) {
+                    issues.push(ConfigIssue {
+                        file: file.to_path_buf(),
+                        line: None,
+                        key: Some("online.layout".into()),
+                        message: format!(
+                            "feature `{name}` of type {data_type} has no Feast value type"
+                        ),
+                    });
+                }
+            }
+        }
     }
     if let Some(offline) = &offline {
         issues.extend(offline.check(file));

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::connection::RedisMode;
 use crate::config::ConfigIssue;
 
 /// Where Redis is (service file).
@@ -16,6 +17,13 @@ pub struct RedisServiceConfig {
     /// Longest wait for one pipelined batch to be answered.
     #[serde(default = "default_response_timeout", with = "humantime_serde")]
     pub response_timeout: Duration,
+    /// `standalone` (default) or `cluster` (then `url` lists seed nodes, comma-separated).
+    #[serde(default)]
+    pub mode: RedisMode,
+    /// PEM file of the CA that signed the server certificate, for `rediss://` URLs whose
+    /// server is not signed by a public CA.
+    #[serde(default)]
+    pub tls_ca_file: Option<String>,
 }
 
 fn default_response_timeout() -> Duration {
@@ -35,6 +43,23 @@ pub struct OnlineSinkConfig {
     /// Expiry of an entity's hash, refreshed on each write; absent means no expiry.
     #[serde(default, with = "humantime_serde")]
     pub ttl: Option<Duration>,
+    /// Key and value layout: `native` (readable) or `feast` (Feast's online store bytes).
+    #[serde(default)]
+    pub layout: LayoutKind,
+    /// Feast project name (required with `layout: feast`); the view is the pipeline name.
+    #[serde(default)]
+    pub feast_project: Option<String>,
+}
+
+/// The Redis layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LayoutKind {
+    /// `{prefix}:{view}:{key}` hashes with readable values.
+    #[default]
+    Native,
+    /// Byte-compatible with Feast's Redis online store.
+    Feast,
 }
 
 fn default_true() -> bool {
@@ -54,6 +79,16 @@ impl OnlineSinkConfig {
                 line: None,
                 key: Some("online.key_prefix".into()),
                 message: "must be non-empty and without spaces".into(),
+            });
+        }
+        if self.layout == LayoutKind::Feast
+            && self.feast_project.as_deref().is_none_or(str::is_empty)
+        {
+            issues.push(ConfigIssue {
+                file: file.to_path_buf(),
+                line: None,
+                key: Some("online.feast_project".into()),
+                message: "the feast layout needs the Feast project name".into(),
             });
         }
         if self.ttl.is_some_and(|t| t.as_millis() == 0) {

@@ -1,32 +1,132 @@
-//! The `native` Redis layout: human-readable keys and values.
+//! Redis layouts: how an entity's newest row becomes a key and hash fields.
 //!
-//! Key `{prefix}:{pipeline}:{key1}[:{key2}…]`, a hash with one field per feature and
-//! `_ts` = event time in epoch milliseconds. Values are text: integers and floats in their
+//! `native`: key `{prefix}:{pipeline}:{key1}[:{key2}…]`, one field per feature and
+//! `_ts` = event time in epoch milliseconds; values are text (integers and floats in their
 //! shortest round-trip decimal form, booleans `true`/`false`, strings as written, bytes raw,
-//! timestamps RFC 3339. A null feature removes its field.
+//! timestamps RFC 3339). `feast`: Feast's own bytes (see [`super::feast`]). In both, a null
+//! feature removes its field.
 
 use std::collections::HashMap;
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
+use arrow::error::ArrowError;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
+use super::feast::FeastLayout;
 use crate::record::{event_time_millis, RowLayout};
 
-/// Hash field holding the event time of the stored values (epoch milliseconds).
+/// Hash field of the native layout holding the event time (epoch milliseconds).
 pub const EVENT_TIME_FIELD: &str = "_ts";
+
+/// How the stored event time is encoded, for the latest-wins comparison in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeEncoding {
+    /// Decimal epoch milliseconds.
+    Millis,
+    /// A serialized `google.protobuf.Timestamp`.
+    ProtoTimestamp,
+}
+
+impl TimeEncoding {
+    /// The name the Lua script knows it by.
+    pub fn script_name(self) -> &'static str {
+        match self {
+            TimeEncoding::Millis => "ms",
+            TimeEncoding::ProtoTimestamp => "pbts",
+        }
+    }
+}
 
 /// The newest values of one entity in a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EntityWrite {
     /// The Redis key.
-    pub key: String,
+    pub key: Vec<u8>,
     /// Event time of the values, epoch milliseconds.
     pub event_time_ms: i64,
     /// Fields to set.
-    pub set: Vec<(String, Vec<u8>)>,
+    pub set: Vec<(Vec<u8>, Vec<u8>)>,
     /// Fields to remove (null features).
-    pub delete: Vec<String>,
+    pub delete: Vec<Vec<u8>>,
+}
+
+/// A layout chosen per pipeline (`online.layout`).
+#[derive(Debug, Clone)]
+pub enum Layout {
+    /// Human-readable.
+    Native(NativeLayout),
+    /// Byte-compatible with Feast's Redis online store.
+    Feast(FeastLayout),
+}
+
+impl Layout {
+    /// The hash field holding the event time.
+    pub fn time_field(&self) -> Vec<u8> {
+        match self {
+            Layout::Native(_) => EVENT_TIME_FIELD.as_bytes().to_vec(),
+            Layout::Feast(feast) => feast.time_field(),
+        }
+    }
+
+    /// How that field is encoded.
+    pub fn time_encoding(&self) -> TimeEncoding {
+        match self {
+            Layout::Native(_) => TimeEncoding::Millis,
+            Layout::Feast(_) => TimeEncoding::ProtoTimestamp,
+        }
+    }
+
+    /// The value stored in the time field for `ms`.
+    pub fn time_value(&self, ms: i64) -> Vec<u8> {
+        match self {
+            Layout::Native(_) => ms.to_string().into_bytes(),
+            Layout::Feast(_) => super::feast::encode_timestamp(ms),
+        }
+    }
+
+    /// One write per entity: the row with the greatest event time (the later row on a tie).
+    pub fn entity_writes(&self, rows: &RecordBatch) -> Result<Vec<EntityWrite>, ArrowError> {
+        match self {
+            Layout::Native(native) => native.entity_writes(rows),
+            Layout::Feast(feast) => feast.entity_writes(rows),
+        }
+    }
+}
+
+/// A column of `rows` by name.
+pub fn column<'a>(rows: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, ArrowError> {
+    rows.column_by_name(name)
+        .ok_or_else(|| ArrowError::SchemaError(format!("row batch lacks `{name}`")))
+}
+
+/// For each entity (by `key_of`), the row with the greatest event time; later rows win ties.
+/// Rows without a key or event time are skipped (the decoder rejects them already).
+pub fn newest_per_entity(
+    rows: &RecordBatch,
+    layout: &RowLayout,
+    key_of: impl Fn(usize) -> Option<Vec<u8>>,
+) -> Result<Vec<(Vec<u8>, i64, usize)>, ArrowError> {
+    let time_column = column(rows, &layout.event_time)?;
+    let mut newest: HashMap<Vec<u8>, (i64, usize)> = HashMap::with_capacity(rows.num_rows());
+    for row in 0..rows.num_rows() {
+        let (Some(key), Some(ts)) = (key_of(row), event_time_millis(time_column, row)) else {
+            continue;
+        };
+        match newest.get_mut(&key) {
+            Some(current) if current.0 > ts => {}
+            Some(current) => *current = (ts, row),
+            None => {
+                newest.insert(key, (ts, row));
+            }
+        }
+    }
+    let mut out: Vec<(Vec<u8>, i64, usize)> = newest
+        .into_iter()
+        .map(|(k, (ts, row))| (k, ts, row))
+        .collect();
+    out.sort();
+    Ok(out)
 }
 
 /// Builds Redis writes in the native layout.
@@ -52,72 +152,47 @@ impl NativeLayout {
         }
     }
 
-    /// One write per entity: the row with the greatest event time (the later row on a tie).
-    /// Rows without a key or event time are skipped; the decoder already rejects them for
-    /// non-null schemas.
-    pub fn entity_writes(
-        &self,
-        rows: &RecordBatch,
-    ) -> Result<Vec<EntityWrite>, arrow::error::ArrowError> {
+    fn entity_writes(&self, rows: &RecordBatch) -> Result<Vec<EntityWrite>, ArrowError> {
         let options = FormatOptions::default().with_null("");
-        let column = |name: &str| {
-            rows.column_by_name(name).ok_or_else(|| {
-                arrow::error::ArrowError::SchemaError(format!("row batch lacks `{name}`"))
-            })
-        };
         let key_columns = self
             .layout
             .keys
             .iter()
-            .map(|k| column(k))
+            .map(|k| column(rows, k))
             .collect::<Result<Vec<_>, _>>()?;
         let key_formatters = key_columns
             .iter()
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<Result<Vec<_>, _>>()?;
-        let time_column = column(&self.layout.event_time)?;
-
-        let mut newest: HashMap<String, (i64, usize)> = HashMap::with_capacity(rows.num_rows());
-        for row in 0..rows.num_rows() {
+        let newest = newest_per_entity(rows, &self.layout, |row| {
             if key_columns.iter().any(|c| c.is_null(row)) {
-                continue;
+                return None;
             }
-            let Some(ts) = event_time_millis(time_column, row) else {
-                continue;
-            };
             let values: Vec<String> = key_formatters
                 .iter()
                 .map(|f| f.value(row).to_string())
                 .collect();
-            let key = entity_key(&self.prefix, &self.view, &values);
-            match newest.get_mut(&key) {
-                Some(current) if current.0 > ts => {}
-                Some(current) => *current = (ts, row),
-                None => {
-                    newest.insert(key, (ts, row));
-                }
-            }
-        }
-
+            Some(entity_key(&self.prefix, &self.view, &values).into_bytes())
+        })?;
         let features = self
             .layout
             .features
             .iter()
-            .map(|name| Ok((name.as_str(), column(name)?)))
-            .collect::<Result<Vec<_>, arrow::error::ArrowError>>()?;
+            .map(|name| Ok((name.as_str(), column(rows, name)?)))
+            .collect::<Result<Vec<_>, ArrowError>>()?;
         let formatters = features
             .iter()
             .map(|(_, c)| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<Result<Vec<_>, _>>()?;
-
-        let mut writes: Vec<EntityWrite> = newest
+        Ok(newest
             .into_iter()
-            .map(|(key, (event_time_ms, row))| {
+            .map(|(key, event_time_ms, row)| {
                 let mut set = Vec::with_capacity(features.len());
                 let mut delete = Vec::new();
                 for ((name, column), formatter) in features.iter().zip(&formatters) {
+                    let field = name.as_bytes().to_vec();
                     if column.is_null(row) {
-                        delete.push((*name).to_string());
+                        delete.push(field);
                         continue;
                     }
                     let value = match column.data_type() {
@@ -128,7 +203,7 @@ impl NativeLayout {
                         }
                         _ => formatter.value(row).to_string().into_bytes(),
                     };
-                    set.push(((*name).to_string(), value));
+                    set.push((field, value));
                 }
                 EntityWrite {
                     key,
@@ -137,9 +212,7 @@ impl NativeLayout {
                     delete,
                 }
             })
-            .collect();
-        writes.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(writes)
+            .collect())
     }
 }
 
@@ -177,7 +250,7 @@ mod tests {
             ),
         ])
         .unwrap();
-        let layout = NativeLayout::new(
+        let layout = Layout::Native(NativeLayout::new(
             "fc",
             "users",
             RowLayout {
@@ -185,27 +258,28 @@ mod tests {
                 event_time: "ts".into(),
                 features: vec!["ctr".into(), "vip".into()],
             },
-        );
+        ));
         let writes = layout.entity_writes(&rows).unwrap();
         assert_eq!(
             writes,
             vec![
                 EntityWrite {
-                    key: "fc:users:a".into(),
+                    key: b"fc:users:a".to_vec(),
                     event_time_ms: 30,
-                    set: vec![("vip".into(), b"true".to_vec())],
-                    delete: vec!["ctr".into()],
+                    set: vec![(b"vip".to_vec(), b"true".to_vec())],
+                    delete: vec![b"ctr".to_vec()],
                 },
                 EntityWrite {
-                    key: "fc:users:b".into(),
+                    key: b"fc:users:b".to_vec(),
                     event_time_ms: 5,
                     set: vec![
-                        ("ctr".into(), b"0.2".to_vec()),
-                        ("vip".into(), b"false".to_vec())
+                        (b"ctr".to_vec(), b"0.2".to_vec()),
+                        (b"vip".to_vec(), b"false".to_vec())
                     ],
                     delete: vec![],
                 },
             ]
         );
+        assert_eq!(layout.time_value(30), b"30".to_vec());
     }
 }
