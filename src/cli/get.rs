@@ -45,7 +45,7 @@ pub async fn get(args: GetArgs) -> ExitCode {
         }
         entities.push(entity);
     }
-    let reader = match OnlineReader::connect(&service.redis.url, &pipelines).await {
+    let reader = match OnlineReader::connect(&service.redis, &pipelines).await {
         Ok(reader) => reader,
         Err(e) => {
             eprintln!("error: {e}");

@@ -24,7 +24,7 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
         None
     } else {
         let reader = if pipelines.iter().any(|p| p.online.is_some()) {
-            match crate::sink::redis::OnlineReader::connect(&service.redis.url, &pipelines).await {
+            match crate::sink::redis::OnlineReader::connect(&service.redis, &pipelines).await {
                 Ok(reader) => Some(Arc::new(reader)),
                 Err(e) => {
                     tracing::warn!(error = %e, "online reads disabled: Redis not reachable at start");

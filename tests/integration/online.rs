@@ -320,3 +320,98 @@ async fn redis_crash_mid_stream_loses_nothing() {
         );
     }
 }
+
+/// Publishes 3,000 events for 1,000 entities through a pipeline and reads three back
+/// with `get` (which goes through the same client setup as the sink).
+async fn round_trip_through(project: &Project, name: &str) {
+    const BASE: i64 = 1_788_000_000_000;
+    project.pipeline(
+        name,
+        &format!("online:\n  key_prefix: {name}"),
+        "offline:\n  enabled: false",
+    );
+    project.produce(name, 3_000, 1_000, BASE, 0);
+    let connector = project.start();
+    let topic = project.topic.clone();
+    let subscription = format!("{name}-online");
+    wait_until("drained", Duration::from_secs(60), || {
+        let (topic, subscription) = (topic.clone(), subscription.clone());
+        async move { backlog(&topic, &subscription).await == Some(0) }
+    })
+    .await;
+    let log = connector.log();
+    assert_eq!(connector.stop(), 0, "{log}");
+    for entity in [0u64, 417, 999] {
+        let output = project.run_command(&[
+            "get",
+            "--pipeline",
+            name,
+            "--entity",
+            &format!("user_id=user-{entity}"),
+            "--features",
+            "purchases_30d",
+        ]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let got: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+        let newest = 2_000 + entity;
+        assert_eq!(
+            got["event_time_ms"],
+            serde_json::json!(BASE + newest as i64),
+            "{got}"
+        );
+        assert_eq!(
+            got["features"]["purchases_30d"],
+            serde_json::json!(newest * 3),
+            "{got}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_routes_every_entity() {
+    let nodes = std::env::var("REDIS_CLUSTER_URLS").unwrap_or_else(|_| {
+        "redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003".into()
+    });
+    let project = Project::new(&nodes);
+    project.redis_extra("  mode: cluster");
+    let name = unique("cl").replace('-', "_");
+    round_trip_through(&project, &name).await;
+    // Every entity is in the cluster, spread over its nodes.
+    let client = redis::cluster::ClusterClient::new(nodes.split(',').collect::<Vec<_>>())
+        .expect("cluster client");
+    let mut connection = client
+        .get_async_connection()
+        .await
+        .expect("cluster connection");
+    let mut per_node = Vec::new();
+    for port in [7001, 7002, 7003] {
+        let mut node = redis(&format!("redis://127.0.0.1:{port}")).await;
+        let keys: Vec<String> = node.keys(format!("{name}:{name}:*")).await.expect("keys");
+        per_node.push(keys.len());
+    }
+    assert_eq!(per_node.iter().sum::<usize>(), 1_000, "{per_node:?}");
+    assert!(
+        per_node.iter().all(|n| *n > 0),
+        "keys on every node: {per_node:?}"
+    );
+    let ts: i64 = connection
+        .hget(format!("{name}:{name}:user-5"), "_ts")
+        .await
+        .expect("hget");
+    assert_eq!(ts, 1_788_000_000_000 + 2_005);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_with_acl_user() {
+    let url = std::env::var("REDIS_TLS_URL")
+        .unwrap_or_else(|_| "rediss://app:app-secret@127.0.0.1:6390".into());
+    let ca = std::env::var("REDIS_TLS_CA")
+        .unwrap_or_else(|_| format!("{}/.services/tls/ca.crt", env!("CARGO_MANIFEST_DIR")));
+    let project = Project::new(&url);
+    project.redis_extra(&format!("  tls_ca_file: {ca}"));
+    round_trip_through(&project, "tls").await;
+}

@@ -1,11 +1,15 @@
 //! The Redis online sink: one hash per entity, newest event time wins.
 
 mod config;
+mod connection;
+mod feast;
 mod layout;
 mod reader;
 mod writer;
 
-pub use config::{OnlineSinkConfig, RedisServiceConfig};
-pub use layout::{entity_key, NativeLayout, EVENT_TIME_FIELD};
+pub use config::{LayoutKind, OnlineSinkConfig, RedisServiceConfig};
+pub use connection::{RedisClient, RedisConnection, RedisMode};
+pub use feast::supported as feast_supports;
+pub use layout::{entity_key, Layout, NativeLayout, EVENT_TIME_FIELD};
 pub use reader::{OnlineReader, QueryError};
 pub use writer::RedisSink;

@@ -4,10 +4,11 @@ use std::collections::HashMap;
 
 use arrow::datatypes::DataType;
 use base64::Engine;
-use redis::aio::MultiplexedConnection;
 use serde_json::{json, Map, Value};
 
+use super::feast;
 use super::layout::{entity_key, EVENT_TIME_FIELD};
+use super::{LayoutKind, RedisClient, RedisConnection, RedisServiceConfig};
 use crate::config::PipelineConfig;
 
 /// A query that cannot be answered.
@@ -26,6 +27,14 @@ pub enum QueryError {
         /// The key not given.
         missing: String,
     },
+    /// A join key value that does not fit its type.
+    #[error("view `{view}`: {reason}")]
+    BadKey {
+        /// View.
+        view: String,
+        /// Why.
+        reason: String,
+    },
     /// A feature that the view does not have.
     #[error("view `{view}` has no feature `{feature}`")]
     UnknownFeature {
@@ -34,6 +43,9 @@ pub enum QueryError {
         /// Feature asked for.
         feature: String,
     },
+    /// The Redis client could not be set up.
+    #[error("{0}")]
+    Setup(String),
     /// Redis failed.
     #[error("Redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -42,54 +54,62 @@ pub enum QueryError {
 impl QueryError {
     /// Whether the caller asked for something wrong (HTTP 4xx) rather than Redis failing.
     pub fn is_client_error(&self) -> bool {
-        !matches!(self, QueryError::Redis(_))
+        !matches!(self, QueryError::Redis(_) | QueryError::Setup(_))
     }
 }
 
 struct View {
     prefix: String,
-    keys: Vec<String>,
+    keys: Vec<(String, DataType)>,
     features: Vec<(String, DataType)>,
+    layout: LayoutKind,
+    project: String,
 }
 
 /// Reads feature values of online pipelines in the native layout, typed as JSON.
 pub struct OnlineReader {
-    connection: MultiplexedConnection,
+    connection: RedisConnection,
     views: HashMap<String, View>,
 }
 
 impl OnlineReader {
     /// Connects to `redis_url`; knows every pipeline with an online sink.
     pub async fn connect(
-        redis_url: &str,
+        service: &RedisServiceConfig,
         pipelines: &[PipelineConfig],
     ) -> Result<Self, QueryError> {
-        let connection = redis::Client::open(redis_url)?
-            .get_multiplexed_async_connection()
-            .await?;
+        let client = RedisClient::open(service).map_err(QueryError::Setup)?;
+        let connection = client.connect().await?;
         let mut views = HashMap::new();
         for pipeline in pipelines {
             let Some(online) = &pipeline.online else {
                 continue;
             };
             let arrow = crate::schema::arrow_schema_of_reader(&pipeline.schema).unwrap_or_default();
-            let features = pipeline
-                .features
-                .iter()
-                .map(|f| {
-                    let data_type = arrow
-                        .iter()
-                        .find(|(name, _)| name == f)
-                        .map_or(DataType::Utf8, |(_, t)| t.clone());
-                    (f.clone(), data_type)
-                })
-                .collect();
+            let typed = |names: &[String]| -> Vec<(String, DataType)> {
+                names
+                    .iter()
+                    .map(|f| {
+                        let data_type = arrow
+                            .iter()
+                            .find(|(name, _)| name == f)
+                            .map_or(DataType::Utf8, |(_, t)| t.clone());
+                        (f.clone(), data_type)
+                    })
+                    .collect()
+            };
+            let features = typed(&pipeline.features);
             views.insert(
                 pipeline.name.clone(),
                 View {
                     prefix: online.key_prefix.clone(),
-                    keys: pipeline.entity_keys.clone(),
+                    keys: typed(&pipeline.entity_keys),
                     features,
+                    layout: online.layout,
+                    project: online
+                        .feast_project
+                        .clone()
+                        .unwrap_or_else(|| pipeline.name.clone()),
                 },
             );
         }
@@ -122,49 +142,71 @@ impl OnlineReader {
                 })
                 .collect::<Result<_, _>>()?,
         };
-        let mut pipe = redis::pipe();
-        let mut keys = Vec::with_capacity(entities.len());
+        let mut commands = Vec::with_capacity(entities.len());
         for entity in entities {
             let values = view
                 .keys
                 .iter()
-                .map(|k| {
+                .map(|(k, t)| {
                     entity
                         .get(k)
-                        .cloned()
+                        .map(|v| (k.clone(), v.clone(), t.clone()))
                         .ok_or_else(|| QueryError::MissingKey {
                             view: view_name.to_string(),
-                            keys: view.keys.join(", "),
+                            keys: view
+                                .keys
+                                .iter()
+                                .map(|(k, _)| k.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
                             missing: k.clone(),
                         })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let key = entity_key(&view.prefix, view_name, &values);
             let mut command = redis::cmd("HMGET");
-            command.arg(&key).arg(EVENT_TIME_FIELD);
-            for (name, _) in &features {
-                command.arg(name);
+            match view.layout {
+                LayoutKind::Native => {
+                    let texts: Vec<String> = values.iter().map(|(_, v, _)| v.clone()).collect();
+                    command
+                        .arg(entity_key(&view.prefix, view_name, &texts))
+                        .arg(EVENT_TIME_FIELD);
+                    for (name, _) in &features {
+                        command.arg(name);
+                    }
+                }
+                LayoutKind::Feast => {
+                    let key = feast::key_from_text(&view.project, &values).map_err(|reason| {
+                        QueryError::BadKey {
+                            view: view_name.to_string(),
+                            reason,
+                        }
+                    })?;
+                    command.arg(key).arg(format!("_ts:{view_name}"));
+                    for (name, _) in &features {
+                        command.arg(feast::field_hash(view_name, name).as_slice());
+                    }
+                }
             }
-            pipe.add_command(command);
-            keys.push(values);
+            commands.push(command);
         }
         let mut connection = self.connection.clone();
-        let rows: Vec<Vec<Option<Vec<u8>>>> = pipe.query_async(&mut connection).await?;
+        let rows: Vec<Vec<Option<Vec<u8>>>> = connection.query_all(commands).await?;
         Ok(rows
             .into_iter()
             .zip(entities)
             .map(|(row, entity)| {
                 let mut values = row.into_iter();
-                let event_time = values
-                    .next()
-                    .flatten()
-                    .and_then(|v| String::from_utf8(v).ok()?.parse::<i64>().ok());
+                let event_time = values.next().flatten().and_then(|v| match view.layout {
+                    LayoutKind::Native => String::from_utf8(v).ok()?.parse::<i64>().ok(),
+                    LayoutKind::Feast => feast::decode_timestamp(&v),
+                });
                 let mut out = Map::new();
                 for ((name, data_type), value) in features.iter().zip(values) {
-                    out.insert(
-                        name.clone(),
-                        value.map_or(Value::Null, |v| typed(data_type, v)),
-                    );
+                    let decoded = value.map_or(Value::Null, |v| match view.layout {
+                        LayoutKind::Native => typed(data_type, v),
+                        LayoutKind::Feast => feast::decode_value(&v),
+                    });
+                    out.insert(name.clone(), decoded);
                 }
                 json!({
                     "entity": entity,

@@ -1,13 +1,12 @@
 //! Pipelined, latest-wins writes to Redis with reconnect and backoff.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Script};
+use redis::Script;
 use tokio_util::sync::CancellationToken;
 
-use super::layout::{EntityWrite, NativeLayout, EVENT_TIME_FIELD};
+use super::feast::FeastLayout;
+use super::layout::{EntityWrite, Layout, NativeLayout};
+use super::{LayoutKind, RedisClient, RedisConnection};
 use super::{OnlineSinkConfig, RedisServiceConfig};
 use crate::record::{RowBatch, RowLayout};
 use crate::retry::Backoff;
@@ -15,28 +14,43 @@ use crate::sink::{Sink, SinkError};
 use crate::source::MessagePosition;
 
 /// Atomic per entity, so replicas and out-of-order events cannot overwrite newer values:
-/// KEYS[1] entity key; ARGV[1] event time ms; ARGV[2] TTL ms (0 = none); ARGV[3] number of
-/// field/value pairs n; then n pairs to set; then fields to delete.
+/// KEYS[1] entity key; ARGV[1] event time ms; ARGV[2] TTL ms (> 0 expire, 0 persist, < 0 leave);
+/// ARGV[3] time field; ARGV[4] its encoding (`ms` text or `pbts` protobuf Timestamp);
+/// ARGV[5] its new value; ARGV[6] number of field/value pairs n; n pairs; fields to delete.
 const LATEST_WINS_LUA: &str = r"
-local stored = redis.call('HGET', KEYS[1], ARGV[4])
-if stored and tonumber(stored) > tonumber(ARGV[1]) then return 0 end
-local n = tonumber(ARGV[3])
-local args = {ARGV[4], ARGV[1]}
-for i = 5, 4 + 2 * n do args[#args + 1] = ARGV[i] end
+local function pbts_ms(s)
+  local i, seconds, nanos = 1, 0, 0
+  while i <= #s do
+    local tag = s:byte(i); i = i + 1
+    local v, mul, b = 0, 1, 128
+    while b >= 128 and i <= #s do b = s:byte(i); i = i + 1; v = v + (b % 128) * mul; mul = mul * 128 end
+    if tag == 8 then seconds = v elseif tag == 16 then nanos = v end
+  end
+  return seconds * 1000 + math.floor(nanos / 1000000)
+end
+local stored = redis.call('HGET', KEYS[1], ARGV[3])
+if stored then
+  local stored_ms
+  if ARGV[4] == 'pbts' then stored_ms = pbts_ms(stored) else stored_ms = tonumber(stored) end
+  if stored_ms and stored_ms > tonumber(ARGV[1]) then return 0 end
+end
+local n = tonumber(ARGV[6])
+local args = {ARGV[3], ARGV[5]}
+for i = 7, 6 + 2 * n do args[#args + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(args))
-for i = 5 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
+for i = 7 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
 local ttl = tonumber(ARGV[2])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) else redis.call('PERSIST', KEYS[1]) end
+if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) elseif ttl == 0 then redis.call('PERSIST', KEYS[1]) end
 return 1
 ";
 
 /// Writes each batch's newest value per entity in one pipelined round trip.
 pub struct RedisSink {
-    client: Client,
-    connection: Option<MultiplexedConnection>,
-    connection_config: AsyncConnectionConfig,
-    layout: NativeLayout,
-    ttl_ms: u64,
+    client: RedisClient,
+    connection: Option<RedisConnection>,
+    layout: Layout,
+    time_field: Vec<u8>,
+    ttl_ms: i64,
     script: Script,
     cancel: CancellationToken,
 }
@@ -50,19 +64,26 @@ impl RedisSink {
         rows: RowLayout,
         cancel: CancellationToken,
     ) -> Result<Self, SinkError> {
-        let client = Client::open(service.url.as_str())
-            .map_err(|e| SinkError::Fatal(format!("invalid Redis URL: {e}")))?;
-        let connection_config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_response_timeout(Some(service.response_timeout));
+        let client = RedisClient::open(service).map_err(SinkError::Fatal)?;
+        let layout = match config.layout {
+            LayoutKind::Native => Layout::Native(NativeLayout::new(&config.key_prefix, view, rows)),
+            LayoutKind::Feast => Layout::Feast(FeastLayout::new(
+                config.feast_project.as_deref().unwrap_or(view),
+                view,
+                rows,
+            )),
+        };
         let mut sink = Self {
             client,
             connection: None,
-            connection_config,
-            layout: NativeLayout::new(&config.key_prefix, view, rows),
-            ttl_ms: config
-                .ttl
-                .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            time_field: layout.time_field(),
+            // A Feast hash may hold other views with their own expiry: leave it alone.
+            ttl_ms: match (config.ttl, &layout) {
+                (Some(t), _) => i64::try_from(t.as_millis()).unwrap_or(i64::MAX),
+                (None, Layout::Feast(_)) => -1,
+                (None, Layout::Native(_)) => 0,
+            },
+            layout,
             script: Script::new(LATEST_WINS_LUA),
             cancel,
         };
@@ -79,39 +100,42 @@ impl RedisSink {
         }
     }
 
-    async fn connection(&mut self) -> Result<MultiplexedConnection, redis::RedisError> {
+    async fn connection(&mut self) -> Result<RedisConnection, redis::RedisError> {
         if let Some(connection) = &self.connection {
             return Ok(connection.clone());
         }
-        let connection = self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.connection_config)
-            .await?;
+        let connection = self.client.connect().await?;
         self.connection = Some(connection.clone());
         Ok(connection)
     }
 
     async fn write_once(&mut self, writes: &[EntityWrite]) -> Result<(), redis::RedisError> {
         let mut connection = self.connection().await?;
-        let mut pipe = redis::pipe();
-        // Loading in the same pipeline survives a Redis restart that emptied its script cache.
-        pipe.load_script(&self.script).ignore();
-        for write in writes {
-            let mut invocation = self.script.key(&write.key);
-            invocation
-                .arg(write.event_time_ms)
-                .arg(self.ttl_ms)
-                .arg(write.set.len())
-                .arg(EVENT_TIME_FIELD);
-            for (field, value) in &write.set {
-                invocation.arg(field).arg(value.as_slice());
-            }
-            for field in &write.delete {
-                invocation.arg(field);
-            }
-            pipe.invoke_script(&invocation).ignore();
-        }
-        let result: Result<(), redis::RedisError> = pipe.query_async(&mut connection).await;
+        let time_encoding = self
+            .layout
+            .time_encoding()
+            .script_name()
+            .as_bytes()
+            .to_vec();
+        let calls = writes
+            .iter()
+            .map(|write| {
+                let mut args = Vec::with_capacity(6 + 2 * write.set.len() + write.delete.len());
+                args.push(write.event_time_ms.to_string().into_bytes());
+                args.push(self.ttl_ms.to_string().into_bytes());
+                args.push(self.time_field.clone());
+                args.push(time_encoding.clone());
+                args.push(self.layout.time_value(write.event_time_ms));
+                args.push(write.set.len().to_string().into_bytes());
+                for (field, value) in &write.set {
+                    args.push(field.clone());
+                    args.push(value.clone());
+                }
+                args.extend(write.delete.iter().cloned());
+                (write.key.clone(), args)
+            })
+            .collect();
+        let result = connection.invoke_all(&self.script, calls).await;
         if result.is_err() {
             self.connection = None;
         }

@@ -83,6 +83,18 @@ impl Project {
         }
     }
 
+    /// Adds lines (e.g. `  mode: cluster`) to the service file's `redis:` section.
+    pub fn redis_extra(&self, lines: &str) {
+        let path = self.path().join("config.yaml");
+        let config = std::fs::read_to_string(&path).expect("read config");
+        let config = config.replacen(
+            "  response_timeout: 5s\n",
+            &format!("  response_timeout: 5s\n{lines}\n"),
+            1,
+        );
+        std::fs::write(path, config).expect("write config");
+    }
+
     /// GET a path of the connector's HTTP endpoint: (status, body).
     pub async fn http_get(&self, path: &str) -> Option<(u16, String)> {
         let response = reqwest::get(format!("http://127.0.0.1:{}{path}", self.http_port))

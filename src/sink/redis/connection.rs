@@ -1,0 +1,164 @@
+//! One Redis server or a Redis Cluster, behind one small interface, with optional TLS.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisResult, Script, TlsCertificates,
+};
+use serde::Deserialize;
+
+use super::RedisServiceConfig;
+
+/// How `redis.url` is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    /// One server (or a proxy in front of many).
+    #[default]
+    Standalone,
+    /// Redis Cluster; `url` is a comma-separated list of seed nodes.
+    Cluster,
+}
+
+/// A configured client that can (re)connect.
+#[derive(Clone)]
+pub enum RedisClient {
+    /// One server.
+    Single(Client, AsyncConnectionConfig),
+    /// A cluster: keys are routed to the node owning their slot.
+    Cluster(ClusterClient),
+}
+
+/// A live, multiplexed connection (cheap to clone).
+#[derive(Clone)]
+pub enum RedisConnection {
+    /// One server.
+    Single(MultiplexedConnection),
+    /// A cluster.
+    Cluster(ClusterConnection),
+}
+
+impl RedisClient {
+    /// A client for the service config: URL(s), timeouts, TLS root certificate.
+    pub fn open(service: &RedisServiceConfig) -> Result<Self, String> {
+        let certificates = match &service.tls_ca_file {
+            Some(path) => Some(TlsCertificates {
+                client_tls: None,
+                root_cert: Some(
+                    std::fs::read(path)
+                        .map_err(|e| format!("cannot read redis.tls_ca_file {path}: {e}"))?,
+                ),
+            }),
+            None => None,
+        };
+        let invalid = |e: redis::RedisError| format!("invalid Redis URL: {e}");
+        match service.mode {
+            RedisMode::Standalone => {
+                let client = match certificates {
+                    Some(certs) => {
+                        Client::build_with_tls(service.url.as_str(), certs).map_err(invalid)?
+                    }
+                    None => Client::open(service.url.as_str()).map_err(invalid)?,
+                };
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(5)))
+                    .set_response_timeout(Some(service.response_timeout));
+                Ok(RedisClient::Single(client, config))
+            }
+            RedisMode::Cluster => {
+                let nodes: Vec<&str> = service
+                    .url
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                let mut builder = ClusterClient::builder(nodes)
+                    .connection_timeout(Duration::from_secs(5))
+                    .response_timeout(service.response_timeout);
+                if let Some(certs) = certificates {
+                    builder = builder.certs(certs);
+                }
+                Ok(RedisClient::Cluster(builder.build().map_err(invalid)?))
+            }
+        }
+    }
+
+    /// Connects (for a cluster: discovers the slot map).
+    pub async fn connect(&self) -> RedisResult<RedisConnection> {
+        match self {
+            RedisClient::Single(client, config) => Ok(RedisConnection::Single(
+                client
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await?,
+            )),
+            RedisClient::Cluster(client) => Ok(RedisConnection::Cluster(
+                client.get_async_connection().await?,
+            )),
+        }
+    }
+}
+
+impl RedisConnection {
+    /// Runs `commands` and returns their replies in order: one pipelined round trip on a
+    /// single server; on a cluster each is routed by its key, all in flight at once.
+    pub async fn query_all<T: FromRedisValue>(
+        &mut self,
+        commands: Vec<Cmd>,
+    ) -> RedisResult<Vec<T>> {
+        match self {
+            RedisConnection::Single(connection) => {
+                let mut pipe = redis::pipe();
+                for command in commands {
+                    pipe.add_command(command);
+                }
+                pipe.query_async(connection).await
+            }
+            RedisConnection::Cluster(connection) => {
+                let calls = commands.into_iter().map(|command| {
+                    let mut connection = connection.clone();
+                    async move { command.query_async::<T>(&mut connection).await }
+                });
+                futures::future::try_join_all(calls).await
+            }
+        }
+    }
+
+    /// Runs one script call per entry of `keys_and_args` (`KEYS[1]`, then `ARGV`), loading
+    /// the script where a server does not know it (also after a restart emptied its cache).
+    pub async fn invoke_all(
+        &mut self,
+        script: &Script,
+        calls: Vec<(Vec<u8>, Vec<Vec<u8>>)>,
+    ) -> RedisResult<()> {
+        match self {
+            RedisConnection::Single(connection) => {
+                let mut pipe = redis::pipe();
+                pipe.load_script(script).ignore();
+                for (key, args) in &calls {
+                    let mut invocation = script.key(key.as_slice());
+                    for arg in args {
+                        invocation.arg(arg.as_slice());
+                    }
+                    pipe.invoke_script(&invocation).ignore();
+                }
+                pipe.query_async::<()>(connection).await
+            }
+            RedisConnection::Cluster(connection) => {
+                let calls = calls.iter().map(|(key, args)| {
+                    let mut connection = connection.clone();
+                    async move {
+                        let mut invocation = script.key(key.as_slice());
+                        for arg in args {
+                            invocation.arg(arg.as_slice());
+                        }
+                        invocation.invoke_async::<i64>(&mut connection).await
+                    }
+                });
+                futures::future::try_join_all(calls).await.map(|_| ())
+            }
+        }
+    }
+}
