@@ -49,6 +49,13 @@ pub struct OnlineSinkConfig {
     /// Feast project name (required with `layout: feast`); the view is the pipeline name.
     #[serde(default)]
     pub feast_project: Option<String>,
+    /// Batches written concurrently (each one pipelined round trip); acknowledged in order.
+    #[serde(default = "default_in_flight")]
+    pub max_in_flight_batches: usize,
+}
+
+fn default_in_flight() -> usize {
+    4
 }
 
 /// The Redis layouts.

@@ -1,7 +1,10 @@
 //! Pipelined, latest-wins writes to Redis with reconnect and backoff.
 
 use async_trait::async_trait;
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
 use redis::Script;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::feast::FeastLayout;
@@ -44,15 +47,67 @@ if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) elseif ttl == 0 then redis.c
 return 1
 ";
 
-/// Writes each batch's newest value per entity in one pipelined round trip.
-pub struct RedisSink {
+/// Connection, script and retry policy for one batch write; cloned into each in-flight task.
+#[derive(Clone)]
+struct Writer {
     client: RedisClient,
     connection: Option<RedisConnection>,
+    script: Script,
+    cancel: CancellationToken,
+}
+
+type Call = (Vec<u8>, Vec<Vec<u8>>);
+
+impl Writer {
+    async fn connection(&mut self) -> Result<RedisConnection, redis::RedisError> {
+        if let Some(connection) = &self.connection {
+            return Ok(connection.clone());
+        }
+        let connection = self.client.connect().await?;
+        self.connection = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// Writes `calls` until Redis takes them (backing off while it is down) or shutdown.
+    async fn write_until_done(
+        mut self,
+        calls: Vec<Call>,
+        positions: Vec<MessagePosition>,
+    ) -> Result<Vec<MessagePosition>, SinkError> {
+        let mut backoff = Backoff::default();
+        while !calls.is_empty() {
+            let attempt = match self.connection().await {
+                Ok(mut connection) => connection.invoke_all(&self.script, calls.clone()).await,
+                Err(e) => Err(e),
+            };
+            match attempt {
+                Ok(()) => break,
+                Err(e) => {
+                    self.connection = None;
+                    let wait = backoff.next_delay();
+                    tracing::warn!(error = %e, entities = calls.len(), retry_in = ?wait, attempt = backoff.attempts(), "Redis write failed; nothing acknowledged, retrying");
+                    tokio::select! {
+                        () = self.cancel.cancelled() => {
+                            return Err(SinkError::Cancelled("Redis was unreachable".into()));
+                        }
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+        Ok(positions)
+    }
+}
+
+/// Writes each batch's newest value per entity in one pipelined round trip, with up to
+/// `max_in_flight_batches` batches under way; acknowledges them in order.
+pub struct RedisSink {
+    writer: Writer,
     layout: Layout,
     time_field: Vec<u8>,
     ttl_ms: i64,
-    script: Script,
-    cancel: CancellationToken,
+    in_flight: FuturesOrdered<JoinHandle<Result<Vec<MessagePosition>, SinkError>>>,
+    max_in_flight: usize,
 }
 
 impl RedisSink {
@@ -73,9 +128,22 @@ impl RedisSink {
                 rows,
             )),
         };
-        let mut sink = Self {
+        let mut writer = Writer {
             client,
             connection: None,
+            script: Script::new(LATEST_WINS_LUA),
+            cancel,
+        };
+        match writer.connection().await {
+            Ok(_) => {}
+            // A refused login will not fix itself: say so at start instead of retrying.
+            Err(e) if is_auth_error(&e) => {
+                return Err(SinkError::Fatal(format!("Redis refused the login: {e}")))
+            }
+            Err(e) => tracing::warn!(error = %e, "Redis is not reachable yet; writes will retry"),
+        }
+        Ok(Self {
+            writer,
             time_field: layout.time_field(),
             // A Feast hash may hold other views with their own expiry: leave it alone.
             ttl_ms: match (config.ttl, &layout) {
@@ -84,40 +152,19 @@ impl RedisSink {
                 (None, Layout::Native(_)) => 0,
             },
             layout,
-            script: Script::new(LATEST_WINS_LUA),
-            cancel,
-        };
-        match sink.connection().await {
-            Ok(_) => Ok(sink),
-            // A refused login will not fix itself: say so at start instead of retrying.
-            Err(e) if is_auth_error(&e) => {
-                Err(SinkError::Fatal(format!("Redis refused the login: {e}")))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "Redis is not reachable yet; writes will retry");
-                Ok(sink)
-            }
-        }
+            in_flight: FuturesOrdered::new(),
+            max_in_flight: config.max_in_flight_batches.max(1),
+        })
     }
 
-    async fn connection(&mut self) -> Result<RedisConnection, redis::RedisError> {
-        if let Some(connection) = &self.connection {
-            return Ok(connection.clone());
-        }
-        let connection = self.client.connect().await?;
-        self.connection = Some(connection.clone());
-        Ok(connection)
-    }
-
-    async fn write_once(&mut self, writes: &[EntityWrite]) -> Result<(), redis::RedisError> {
-        let mut connection = self.connection().await?;
+    fn calls(&self, writes: &[EntityWrite]) -> Vec<Call> {
         let time_encoding = self
             .layout
             .time_encoding()
             .script_name()
             .as_bytes()
             .to_vec();
-        let calls = writes
+        writes
             .iter()
             .map(|write| {
                 let mut args = Vec::with_capacity(6 + 2 * write.set.len() + write.delete.len());
@@ -134,12 +181,33 @@ impl RedisSink {
                 args.extend(write.delete.iter().cloned());
                 (write.key.clone(), args)
             })
-            .collect();
-        let result = connection.invoke_all(&self.script, calls).await;
-        if result.is_err() {
-            self.connection = None;
+            .collect()
+    }
+
+    /// Collects finished batches (all when `wait_all`), oldest first, stopping at the
+    /// first unfinished one so acknowledgements stay in order.
+    async fn collect(&mut self, keep_at_most: usize) -> Result<Vec<MessagePosition>, SinkError> {
+        let mut durable = Vec::new();
+        while self.in_flight.len() > keep_at_most {
+            durable.extend(joined(self.in_flight.next().await)?);
         }
-        result
+        while let Some(ready) = self.in_flight.next().now_or_never() {
+            durable.extend(joined(ready)?);
+            if self.in_flight.is_empty() {
+                break;
+            }
+        }
+        Ok(durable)
+    }
+}
+
+fn joined(
+    outcome: Option<Result<Result<Vec<MessagePosition>, SinkError>, tokio::task::JoinError>>,
+) -> Result<Vec<MessagePosition>, SinkError> {
+    match outcome {
+        None => Ok(Vec::new()),
+        Some(Ok(result)) => result,
+        Some(Err(e)) => Err(SinkError::Fatal(format!("Redis write task failed: {e}"))),
     }
 }
 
@@ -159,30 +227,19 @@ impl Sink for RedisSink {
             .layout
             .entity_writes(&batch.rows)
             .map_err(|e| SinkError::Fatal(format!("building Redis writes: {e}")))?;
-        let mut backoff = Backoff::default();
-        while !writes.is_empty() {
-            match self.write_once(&writes).await {
-                Ok(()) => break,
-                Err(e) => {
-                    let wait = backoff.next_delay();
-                    tracing::warn!(error = %e, entities = writes.len(), retry_in = ?wait, attempt = backoff.attempts(), "Redis write failed; nothing acknowledged, retrying");
-                    tokio::select! {
-                        () = self.cancel.cancelled() => {
-                            return Err(SinkError::Cancelled("Redis was unreachable".into()));
-                        }
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
-            }
-        }
-        Ok(batch.positions)
+        let calls = self.calls(&writes);
+        let writer = self.writer.clone();
+        self.in_flight.push_back(tokio::spawn(
+            writer.write_until_done(calls, batch.positions),
+        ));
+        self.collect(self.max_in_flight - 1).await
     }
 
     async fn tick(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
-        Ok(Vec::new())
+        self.collect(usize::MAX).await
     }
 
     async fn flush(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
-        Ok(Vec::new())
+        self.collect(0).await
     }
 }
