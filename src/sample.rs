@@ -96,6 +96,7 @@ pub fn to_json(value: &Value) -> Result<serde_json::Value, String> {
         Value::Double(f) => J::from(*f),
         Value::String(s) | Value::Enum(_, s) => J::String(s.clone()),
         Value::Union(_, inner) => to_json(inner)?,
+        Value::Array(items) => J::Array(items.iter().map(to_json).collect::<Result<_, _>>()?),
         Value::Record(fields) => J::Object(
             fields
                 .iter()
@@ -135,8 +136,10 @@ fn time_value(schema: &Schema, ms: i64) -> Result<Value, String> {
 
 /// The value of feature field `name` (at position `index`) in event `i`:
 /// long `i * (index + 1)`, int `i % 1000 + index`, double/float `i / 4 + index`,
-/// boolean `i` even, string `"{name}-{i}"`, bytes `i` as 8 little-endian bytes,
-/// enum symbol `i % n`, `[null, T]` null when `i % 10 == 9`.
+/// boolean `i` even, string `"{name}-{i}"`, bytes `i` as 8 little-endian bytes, timestamps
+/// `1_700_000_000 + i` seconds,
+/// enum symbol `i % n`, `[null, T]` null when `i % 10 == 9`, arrays the values of `i`,
+/// `i + 1` and `i + 2`.
 pub fn sample_value(schema: &Schema, name: &str, index: usize, i: u64) -> Result<Value, String> {
     let n = i64::try_from(i).unwrap_or(i64::MAX);
     let idx = i64::try_from(index).unwrap_or(0);
@@ -148,8 +151,8 @@ pub fn sample_value(schema: &Schema, name: &str, index: usize, i: u64) -> Result
         Schema::Boolean => Value::Boolean(i % 2 == 0),
         Schema::String => Value::String(format!("{name}-{i}")),
         Schema::Bytes => Value::Bytes(i.to_le_bytes().to_vec()),
-        Schema::TimestampMillis => Value::TimestampMillis(n),
-        Schema::TimestampMicros => Value::TimestampMicros(n),
+        Schema::TimestampMillis => Value::TimestampMillis(1_700_000_000_000 + n * 1000),
+        Schema::TimestampMicros => Value::TimestampMicros(1_700_000_000_000_000 + n * 1_000_000),
         Schema::Date => Value::Date(i32::try_from(n % 20_000).unwrap_or(0)),
         Schema::Enum(e) => {
             let position = usize::try_from(i % e.symbols.len().max(1) as u64).unwrap_or(0);
@@ -159,6 +162,11 @@ pub fn sample_value(schema: &Schema, name: &str, index: usize, i: u64) -> Result
             )
         }
         Schema::Union(union) => return union_value(union, name, index, i),
+        Schema::Array(array) => Value::Array(
+            (0..3)
+                .map(|k| sample_value(&array.items, name, index, i + k))
+                .collect::<Result<_, _>>()?,
+        ),
         other => {
             return Err(format!(
                 "field `{name}`: sample events do not cover {other:?}"

@@ -3,6 +3,7 @@
 
 mod common;
 mod end_to_end;
+mod feast;
 mod online;
 mod redis_outage;
 mod schemas;
