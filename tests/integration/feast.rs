@@ -85,11 +85,7 @@ async fn feast_sdk_reads_what_the_connector_wrote() {
         );
         let connector = project.start();
         let topic = project.topic.clone();
-        wait_until("drained", Duration::from_secs(60), || {
-            let topic = topic.clone();
-            async move { backlog(&topic, sub).await == Some(0) }
-        })
-        .await;
+        wait_drained(&topic, &[sub], Duration::from_secs(60)).await;
         assert_eq!(connector.stop(), 0);
     }
 

@@ -40,15 +40,7 @@ async fn out_of_order_events_from_two_replicas_end_with_the_newest_per_entity() 
     let first = project.start();
     let second = project.start_with_env("run2.log", &[("FC_HTTP_BIND", &second_bind)]);
     let topic = project.topic.clone();
-    wait_until(
-        "both replicas to drain the subscription",
-        Duration::from_secs(120),
-        || {
-            let topic = topic.clone();
-            async move { backlog(&topic, "lw-online").await == Some(0) }
-        },
-    )
-    .await;
+    wait_drained(&topic, &["lw-online"], Duration::from_secs(120)).await;
 
     let received = |metrics: &str| -> u64 {
         metrics
@@ -111,11 +103,7 @@ async fn ttl_expires_and_reads_are_typed_through_get_and_http() {
     project.produce("ttl", 100, 10, BASE, 0);
     let connector = project.start();
     let topic = project.topic.clone();
-    wait_until("drained", Duration::from_secs(60), || {
-        let topic = topic.clone();
-        async move { backlog(&topic, "ttl-online").await == Some(0) }
-    })
-    .await;
+    wait_drained(&topic, &["ttl-online"], Duration::from_secs(60)).await;
 
     // Entity user-7: newest event 97.
     let output = project.run_command(&[
@@ -213,11 +201,7 @@ async fn redis_password_comes_from_env_and_a_wrong_one_fails_at_start() {
     project.produce("auth", 20, 5, 1_786_000_000_000, 0);
     let connector = project.start_with_env("run.log", &[("FC_IT_REDIS_PASSWORD", "s3cr3t-pw")]);
     let topic = project.topic.clone();
-    wait_until("drained", Duration::from_secs(60), || {
-        let topic = topic.clone();
-        async move { backlog(&topic, "auth-online").await == Some(0) }
-    })
-    .await;
+    wait_drained(&topic, &["auth-online"], Duration::from_secs(60)).await;
     let log = connector.log();
     assert_eq!(connector.stop(), 0);
     assert!(
@@ -296,15 +280,7 @@ async fn redis_crash_mid_stream_loses_nothing() {
     connector.assert_running();
 
     let _server = PrivateRedis::start_with(port, dir.path(), &durable);
-    wait_until(
-        "drained after Redis returned",
-        Duration::from_secs(90),
-        || {
-            let topic = topic.clone();
-            async move { backlog(&topic, "crash-online").await == Some(0) }
-        },
-    )
-    .await;
+    wait_drained(&topic, &["crash-online"], Duration::from_secs(90)).await;
     assert_eq!(connector.stop(), 0);
     let mut redis = redis(&url).await;
     for entity in 0..ENTITIES {
@@ -334,11 +310,7 @@ async fn round_trip_through(project: &Project, name: &str) {
     let connector = project.start();
     let topic = project.topic.clone();
     let subscription = format!("{name}-online");
-    wait_until("drained", Duration::from_secs(60), || {
-        let (topic, subscription) = (topic.clone(), subscription.clone());
-        async move { backlog(&topic, &subscription).await == Some(0) }
-    })
-    .await;
+    wait_drained(&topic, &[subscription.as_str()], Duration::from_secs(60)).await;
     let log = connector.log();
     assert_eq!(connector.stop(), 0, "{log}");
     for entity in [0u64, 417, 999] {

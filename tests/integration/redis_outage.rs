@@ -49,15 +49,7 @@ async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {
     );
 
     // The offline lane has its own subscription and goes on while Redis is down.
-    wait_until(
-        "offline subscription to drain",
-        Duration::from_secs(60),
-        || {
-            let topic = topic.clone();
-            async move { backlog(&topic, "outage-offline").await == Some(0) }
-        },
-    )
-    .await;
+    wait_drained(&topic, &["outage-offline"], Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     connector.assert_running();
     assert_eq!(
@@ -74,15 +66,7 @@ async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {
         redis_up(&url)
     })
     .await;
-    wait_until(
-        "online subscription to drain after Redis returned",
-        Duration::from_secs(60),
-        || {
-            let topic = topic.clone();
-            async move { backlog(&topic, "outage-online").await == Some(0) }
-        },
-    )
-    .await;
+    wait_drained(&topic, &["outage-online"], Duration::from_secs(60)).await;
 
     let mut redis = redis(&url).await;
     let keys: Vec<String> = redis.keys("out:outage:*").await.expect("keys");

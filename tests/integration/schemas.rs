@@ -40,15 +40,6 @@ fn nullable_purchases() -> String {
     )
 }
 
-async fn drained(topic: &str, subscriptions: &[&str]) -> bool {
-    for sub in subscriptions {
-        if backlog(topic, sub).await != Some(0) {
-            return false;
-        }
-    }
-    true
-}
-
 fn event_indices(batches: &[(String, arrow::array::RecordBatch)], base_ms: i64) -> BTreeSet<i64> {
     let mut seen = BTreeSet::new();
     for (_, batch) in batches {
@@ -110,7 +101,7 @@ async fn evolution_decodes_compatible_versions_and_dead_letters_an_incompatible_
     let mut connector = project.start();
     let topic = project.topic.clone();
     wait_until("subscriptions", Duration::from_secs(60), || {
-        drained(&topic, &["evo-online", "evo-offline"])
+        all_drained(&topic, &["evo-online", "evo-offline"])
     })
     .await;
 
@@ -119,7 +110,7 @@ async fn evolution_decodes_compatible_versions_and_dead_letters_an_incompatible_
     run(common("800", "200"));
     wait_until("all versions consumed", Duration::from_secs(90), || {
         connector.assert_running();
-        drained(&topic, &["evo-online", "evo-offline"])
+        all_drained(&topic, &["evo-online", "evo-offline"])
     })
     .await;
 
@@ -270,7 +261,7 @@ async fn garbage_truncated_and_null_payloads_each_get_their_reason() {
     let connector = project.start();
     let topic = project.topic.clone();
     wait_until("drained", Duration::from_secs(60), || {
-        drained(&topic, &["bad-online", "bad-offline"])
+        all_drained(&topic, &["bad-online", "bad-offline"])
     })
     .await;
     let dead = read_dead_letters(&format!("{topic}-bad-DLQ"), 3).await;
@@ -361,7 +352,7 @@ async fn json_schema_topic_end_to_end() {
     let connector = project.start();
     let topic = project.topic.clone();
     wait_until("drained", Duration::from_secs(60), || {
-        drained(&topic, &["js-online", "js-offline"])
+        all_drained(&topic, &["js-online", "js-offline"])
     })
     .await;
     let dead = read_dead_letters(&format!("{topic}-js-DLQ"), 1).await;

@@ -286,6 +286,26 @@ pub async fn backlog(topic: &str, subscription: &str) -> Option<u64> {
     stats["subscriptions"][subscription]["msgBacklog"].as_u64()
 }
 
+/// Whether every subscription in `subscriptions` of `topic` has backlog 0.
+pub async fn all_drained(topic: &str, subscriptions: &[&str]) -> bool {
+    for subscription in subscriptions {
+        if backlog(topic, subscription).await != Some(0) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Waits until every subscription in `subscriptions` of `topic` has backlog 0.
+pub async fn wait_drained(topic: &str, subscriptions: &[&str], timeout: Duration) {
+    wait_until(
+        &format!("{subscriptions:?} of {topic} to drain"),
+        timeout,
+        || all_drained(topic, subscriptions),
+    )
+    .await;
+}
+
 /// A Redis connection.
 pub async fn redis(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
