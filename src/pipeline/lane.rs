@@ -177,6 +177,7 @@ impl Lane {
         let batch = RowBatch {
             rows: decoded.rows,
             positions: messages.into_iter().map(|m| m.position).collect(),
+            row_positions: decoded.row_messages,
         };
         let started = Instant::now();
         let written = self.sink.write(batch).await;

@@ -193,13 +193,22 @@ async fn build_lanes(
         let (store, prefix) =
             open_store(url, root, &service.offline.options).map_err(|e| setup(e.to_string()))?;
         let schema = template.output_schema();
-        let sink = ParquetSink::new(
+        let mut sink = ParquetSink::new(
             store,
             prefix,
             &pipeline.name,
             offline.clone(),
             schema,
+            &pipeline.event_time,
             cancel.clone(),
+        );
+        let recovered = sink.recover().await.map_err(|e| setup(e.to_string()))?;
+        tracing::info!(
+            pipeline = %pipeline.name,
+            files = recovered.files,
+            removed = recovered.removed,
+            committed = ?recovered.committed,
+            "offline store recovered"
         );
         // Cumulative acknowledgement needs a single active consumer per topic partition.
         let kind = match source.subscription_type {

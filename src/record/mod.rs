@@ -16,6 +16,8 @@ pub struct RowBatch {
     /// Every message of the batch in receive order, including those that went to the
     /// dead-letter topic: a sink reports them durable together with its rows.
     pub positions: Vec<MessagePosition>,
+    /// For each row, the index of its message in `positions`.
+    pub row_positions: Vec<usize>,
 }
 
 /// Where the entity key, event time and feature columns are in a row batch.

@@ -1,5 +1,6 @@
 //! Buffers rows and commits them as Parquet files; acknowledges only committed rows.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,6 +15,8 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use tokio_util::sync::CancellationToken;
 
+use super::partition::split;
+use super::recovery::{message_key, MessageKey, Recovered};
 use super::{Compression, OfflineSinkConfig};
 use crate::record::RowBatch;
 use crate::retry::Backoff;
@@ -30,9 +33,15 @@ pub mod metadata_keys {
     pub const FIRST_MESSAGE: &str = "feature_connector.first_message_id";
     /// Last message id in the file.
     pub const LAST_MESSAGE: &str = "feature_connector.last_message_id";
+    /// The rollover batch the file belongs to (`{instance}-{first message}`).
+    pub const BATCH_ID: &str = "feature_connector.batch_id";
+    /// How many files that batch has.
+    pub const BATCH_FILES: &str = "feature_connector.batch_files";
+    /// Per topic partition, `[first, last]` message id of the batch (JSON).
+    pub const MESSAGE_RANGES: &str = "feature_connector.message_ranges";
 }
 
-/// Writes `{prefix}/{pipeline}/dt=YYYY-MM-DD/part-{instance}-{first message}.parquet`.
+/// Writes `{prefix}/{pipeline}/dt=YYYY-MM-DD/hr=HH/part-{instance}-{first message}.parquet`.
 pub struct ParquetSink {
     store: Arc<dyn ObjectStore>,
     prefix: StorePath,
@@ -45,6 +54,8 @@ pub struct ParquetSink {
     positions: Vec<MessagePosition>,
     opened_at: Option<Instant>,
     cancel: CancellationToken,
+    committed: HashMap<String, MessageKey>,
+    event_time: String,
 }
 
 impl ParquetSink {
@@ -55,6 +66,7 @@ impl ParquetSink {
         pipeline: &str,
         config: OfflineSinkConfig,
         schema: SchemaRef,
+        event_time: &str,
         cancel: CancellationToken,
     ) -> Self {
         let instance = std::env::var("FC_INSTANCE_ID")
@@ -74,7 +86,60 @@ impl ParquetSink {
             positions: Vec::new(),
             opened_at: None,
             cancel,
+            committed: HashMap::new(),
+            event_time: event_time.to_string(),
         }
+    }
+
+    /// Reads what earlier runs committed (see [`super::recovery`]); call before the first write.
+    pub async fn recover(&mut self) -> Result<Recovered, SinkError> {
+        let dir = self.prefix.clone().join(self.pipeline.as_str());
+        let recovered = super::recovery::recover(&self.store, &dir, &self.instance)
+            .await
+            .map_err(SinkError::Fatal)?;
+        self.committed = recovered.committed.clone();
+        Ok(recovered)
+    }
+
+    /// Drops rows of messages an earlier run already committed (redelivered after a crash
+    /// between a commit and its acknowledgement). Their positions stay, to be acknowledged.
+    fn drop_committed(&self, batch: &RowBatch) -> Result<Option<RecordBatch>, SinkError> {
+        if self.committed.is_empty() {
+            return Ok(None);
+        }
+        let keep: Vec<bool> = batch
+            .row_positions
+            .iter()
+            .map(|&i| {
+                batch.positions.get(i).is_none_or(|p| {
+                    self.committed
+                        .get(&p.topic)
+                        .is_none_or(|last| message_key(p) > *last)
+                })
+            })
+            .collect();
+        if keep.iter().all(|k| *k) {
+            return Ok(None);
+        }
+        let dropped = keep.iter().filter(|k| !**k).count();
+        tracing::info!(dropped, "skipping rows already committed by an earlier run");
+        arrow::compute::filter_record_batch(&batch.rows, &arrow::array::BooleanArray::from(keep))
+            .map(Some)
+            .map_err(|e| SinkError::Fatal(format!("filtering committed rows: {e}")))
+    }
+
+    /// Per topic, `[first, last]` message id of the buffered positions, as JSON.
+    fn ranges_json(&self) -> String {
+        let mut ranges: std::collections::BTreeMap<&str, (String, String)> =
+            std::collections::BTreeMap::new();
+        for position in &self.positions {
+            let id = position.display_id();
+            ranges
+                .entry(position.topic.as_str())
+                .and_modify(|r| r.1 = id.clone())
+                .or_insert_with(|| (id.clone(), id));
+        }
+        serde_json::to_string(&ranges).unwrap_or_default()
     }
 
     fn properties(
@@ -82,6 +147,7 @@ impl ParquetSink {
         first: &str,
         last: &str,
         topic: &str,
+        batch_files: usize,
     ) -> Result<WriterProperties, SinkError> {
         let compression = match self.config.compression {
             Compression::Zstd => ParquetCompression::ZSTD(
@@ -103,11 +169,18 @@ impl ParquetSink {
                 kv(metadata_keys::TOPIC, topic),
                 kv(metadata_keys::FIRST_MESSAGE, first),
                 kv(metadata_keys::LAST_MESSAGE, last),
+                kv(
+                    metadata_keys::BATCH_ID,
+                    &format!("{}-{first}", self.instance),
+                ),
+                kv(metadata_keys::BATCH_FILES, &batch_files.to_string()),
+                kv(metadata_keys::MESSAGE_RANGES, &self.ranges_json()),
             ]))
             .build())
     }
 
-    /// Encodes the buffer off the runtime and puts it; retries the put until it succeeds.
+    /// Encodes the buffer off the runtime, one file per partition, and puts them; retries
+    /// each put until it succeeds. Only then are the buffer's messages acknowledged.
     async fn commit(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
         if self.buffered_rows == 0 {
             self.opened_at = None;
@@ -120,33 +193,64 @@ impl ParquetSink {
         };
         let (first_id, last_id, topic) =
             (first.display_id(), last.display_id(), first.topic.clone());
-        let properties = self.properties(&first_id, &last_id, &topic)?;
-        let batches = self.buffered.clone();
+        let fatal =
+            |what: &str, e: &dyn std::fmt::Display| SinkError::Fatal(format!("{what}: {e}"));
+        let rows = arrow::compute::concat_batches(&self.schema, &self.buffered)
+            .map_err(|e| fatal("assembling rows", &e))?;
+        let parts = split(
+            &rows,
+            &self.event_time,
+            self.config.partition_by,
+            self.config.partition_granularity,
+            chrono::Utc::now().timestamp_millis(),
+        )
+        .map_err(|e| fatal("partitioning rows", &e))?;
+        let properties = self.properties(&first_id, &last_id, &topic, parts.len())?;
         let schema = self.schema.clone();
-        let encoded = tokio::task::spawn_blocking(move || encode(schema, &batches, properties))
-            .await
-            .map_err(|e| SinkError::Fatal(format!("Parquet encoder task failed: {e}")))?
-            .map_err(|e| SinkError::Fatal(format!("Parquet encoding failed: {e}")))?;
-        let date = chrono::Utc::now().format("%Y-%m-%d");
+        let encoded = tokio::task::spawn_blocking(move || {
+            parts
+                .into_iter()
+                .map(|(dir, batch)| {
+                    Ok((
+                        dir,
+                        batch.num_rows(),
+                        encode(schema.clone(), &[batch], properties.clone())?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, parquet::errors::ParquetError>>()
+        })
+        .await
+        .map_err(|e| fatal("Parquet encoder task failed", &e))?
+        .map_err(|e| fatal("Parquet encoding failed", &e))?;
         let file = format!(
             "part-{}-{}.parquet",
             self.instance,
             first_id.replace(':', "_")
         );
-        let path = self
-            .prefix
-            .clone()
-            .join(self.pipeline.as_str())
-            .join(format!("dt={date}"))
-            .join(file);
-        let payload = PutPayload::from(encoded);
-        let bytes = payload.content_length();
+        for (dir, rows, bytes) in encoded {
+            let mut path = self.prefix.clone().join(self.pipeline.as_str());
+            for level in dir.split('/') {
+                path = path.join(level);
+            }
+            let path = path.join(file.as_str());
+            let payload = PutPayload::from(bytes);
+            let size = payload.content_length();
+            self.put_until_done(&path, payload).await?;
+            tracing::info!(%path, rows, bytes = size, first = %first_id, last = %last_id, "Parquet file committed");
+        }
+        self.buffered.clear();
+        self.buffered_rows = 0;
+        self.opened_at = None;
+        Ok(std::mem::take(&mut self.positions))
+    }
+
+    /// A put is atomic on every backend (local disk writes a temporary file and renames
+    /// it), so a file is either complete or absent.
+    async fn put_until_done(&self, path: &StorePath, payload: PutPayload) -> Result<(), SinkError> {
         let mut backoff = Backoff::default();
         loop {
-            // A put is atomic on every backend (local disk writes a temporary file and
-            // renames it), so a file is either complete or absent.
-            match self.store.put(&path, payload.clone()).await {
-                Ok(_) => break,
+            match self.store.put(path, payload.clone()).await {
+                Ok(_) => return Ok(()),
                 Err(e) => {
                     let wait = backoff.next_delay();
                     tracing::warn!(error = %e, %path, retry_in = ?wait, "writing Parquet file failed; nothing acknowledged, retrying");
@@ -159,11 +263,6 @@ impl ParquetSink {
                 }
             }
         }
-        tracing::info!(%path, rows = self.buffered_rows, bytes, first = %first_id, last = %last_id, "Parquet file committed");
-        self.buffered.clear();
-        self.buffered_rows = 0;
-        self.opened_at = None;
-        Ok(std::mem::take(&mut self.positions))
     }
 
     fn due_by_age(&self) -> bool {
@@ -209,9 +308,13 @@ impl Sink for ParquetSink {
             return Ok(Vec::new());
         }
         self.opened_at.get_or_insert_with(Instant::now);
-        self.buffered_rows += batch.rows.num_rows();
-        if batch.rows.num_rows() > 0 {
-            self.buffered.push(batch.rows);
+        let rows = match self.drop_committed(&batch)? {
+            Some(kept) => kept,
+            None => batch.rows,
+        };
+        self.buffered_rows += rows.num_rows();
+        if rows.num_rows() > 0 {
+            self.buffered.push(rows);
         }
         self.positions.extend(batch.positions);
         if self.buffered_rows >= self.config.rollover_rows || self.due_by_age() {
