@@ -14,7 +14,8 @@ const BASE: i64 = 1_789_000_000_000;
 const EVENTS: u64 = 200;
 const ENTITIES: u64 = 20;
 
-fn feast_python() -> String {
+/// The python of the venv scripts/feast_env.sh makes (Feast, pyarrow).
+pub fn feast_python() -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("bash")
         .arg(root.join("scripts/feast_env.sh"))

@@ -4,6 +4,7 @@
 mod common;
 mod end_to_end;
 mod feast;
+mod offline;
 mod online;
 mod redis_outage;
 mod schemas;

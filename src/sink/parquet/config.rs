@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::partition::{Granularity, PartitionTime};
 use crate::config::{issue_at, ConfigIssue, Spanned};
 
 /// Defaults for the object store (service file, `offline:`).
@@ -60,6 +61,12 @@ pub struct OfflineSinkConfig {
     /// Rows per Parquet row group.
     #[serde(default = "default_row_group_rows")]
     pub row_group_rows: usize,
+    /// Which time picks a row's Hive partition: `event_time` or `ingest_time`.
+    #[serde(default)]
+    pub partition_by: PartitionTime,
+    /// `hour` (`dt=…/hr=…`) or `day` (`dt=…`).
+    #[serde(default)]
+    pub partition_granularity: Granularity,
 }
 
 fn default_true() -> bool {

@@ -242,6 +242,12 @@ impl Connector {
         status.code().unwrap_or(-1)
     }
 
+    /// SIGKILL: a crash, no shutdown work at all.
+    pub fn kill_hard(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

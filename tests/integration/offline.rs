@@ -1,0 +1,131 @@
+//! The offline store across crashes: every event exactly once in Parquet, whatever the
+//! broker redelivers.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::AsArray;
+use arrow::datatypes::TimestampMillisecondType;
+use object_store::local::LocalFileSystem;
+
+use crate::common::*;
+
+/// 50 s before an hour ends: the 100 s of events span two `hr=` partitions, so rollover
+/// batches that straddle it are written as two files.
+const BASE: i64 = 1_790_503_150_000;
+
+fn event_indices(batches: &[(String, arrow::array::RecordBatch)]) -> (usize, BTreeSet<i64>) {
+    let mut rows = 0;
+    let mut seen = BTreeSet::new();
+    for (_, batch) in batches {
+        let times = batch.column(1).as_primitive::<TimestampMillisecondType>();
+        for row in 0..batch.num_rows() {
+            rows += 1;
+            seen.insert(times.value(row) - BASE);
+        }
+    }
+    (rows, seen)
+}
+
+async fn reset_cursor_to_start(topic: &str, subscription: &str) {
+    let path = topic
+        .strip_prefix("persistent://")
+        .expect("persistent topic");
+    let url = format!(
+        "{}/admin/v2/persistent/{path}/subscription/{subscription}/resetcursor/0",
+        pulsar_admin()
+    );
+    let response = reqwest::Client::new()
+        .post(&url)
+        .send()
+        .await
+        .expect("reset cursor");
+    assert!(
+        response.status().is_success(),
+        "reset cursor: {}",
+        response.status()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_five_times_and_a_full_redelivery_leave_every_event_once() {
+    const EVENTS: u64 = 100_000;
+    let project = Project::new(&redis_url());
+    project.pipeline(
+        "eo",
+        "online:\n  enabled: false",
+        "offline:\n  url: file://offline\n  rollover_rows: 7000\n  rollover_interval: 1s",
+    );
+    project.produce("eo", EVENTS, 5_000, BASE, 100);
+    let topic = project.topic.clone();
+
+    // Five SIGKILLs at spread-out moments while the subscription is being consumed.
+    for (round, after_ms) in [700u64, 1900, 1100, 2600, 1500].into_iter().enumerate() {
+        let connector = project.start_with_env(&format!("run{round}.log"), &[]);
+        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+        connector.kill_hard();
+    }
+    let connector = project.start_with_env("final.log", &[]);
+    wait_drained(&topic, &["eo-offline"], Duration::from_secs(120)).await;
+    assert_eq!(connector.stop(), 0);
+
+    let store: Arc<dyn object_store::ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(project.path().join("offline")).expect("store"));
+    let (rows, seen) = event_indices(&read_parquet(store.clone(), "eo").await);
+    assert_eq!(seen.len() as u64, EVENTS, "every event is there");
+    assert_eq!(rows as u64, EVENTS, "and only once");
+
+    // The broker redelivers everything: nothing new may be written.
+    reset_cursor_to_start(&topic, "eo-offline").await;
+    let connector = project.start_with_env("redelivery.log", &[]);
+    wait_drained(&topic, &["eo-offline"], Duration::from_secs(120)).await;
+    let log = connector.log();
+    assert_eq!(connector.stop(), 0);
+    assert!(log.contains("skipping rows already committed"), "{log}");
+    let files = read_parquet(store, "eo").await;
+    let (rows, seen) = event_indices(&files);
+    assert_eq!(
+        (rows as u64, seen.len() as u64),
+        (EVENTS, EVENTS),
+        "still exactly once after a full redelivery"
+    );
+    let hours: BTreeSet<&str> = files
+        .iter()
+        .filter_map(|(f, _)| f.split('/').nth(2))
+        .collect();
+    assert_eq!(
+        hours.len(),
+        2,
+        "events of two hours in two hr= partitions: {hours:?}"
+    );
+
+    // pyarrow (from the Feast venv) discovers the Hive partitions by itself.
+    let python = crate::feast::feast_python();
+    let script = "import json, sys, pyarrow.dataset as ds\n\
+        t = ds.dataset(sys.argv[1], format='parquet', partitioning='hive').to_table()\n\
+        print(json.dumps({'rows': t.num_rows, 'types': {f.name: str(f.type) for f in t.schema}}))";
+    let output = std::process::Command::new(python)
+        .args(["-c", script])
+        .arg(project.path().join("offline/eo"))
+        .output()
+        .expect("python");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(read["rows"], serde_json::json!(EVENTS));
+    let types = &read["types"];
+    assert_eq!(types["user_id"], "string");
+    assert_eq!(types["event_time"], "timestamp[ms, tz=+00:00]");
+    assert_eq!(types["purchases_30d"], "int64");
+    assert_eq!(types["sessions_7d"], "int32");
+    assert_eq!(types["ctr_7d"], "float");
+    assert_eq!(types["embedding_id"], "binary");
+    assert!(
+        types.get("dt").is_some() && types.get("hr").is_some(),
+        "partition columns discovered: {types}"
+    );
+}
