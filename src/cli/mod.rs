@@ -1,5 +1,6 @@
-//! Command-line interface: `run`, `validate`, `produce`, `schemas`, `get`.
+//! Command-line interface: `run`, `validate`, `produce`, `schemas`, `get`, `backfill`.
 
+mod backfill;
 mod get;
 mod produce;
 mod run;
@@ -32,6 +33,8 @@ enum Command {
     Validate(ConfigArgs),
     /// Publish deterministic sample Avro events to a pipeline's topic.
     Produce(produce::ProduceArgs),
+    /// Read a retained topic into a pipeline's offline store only (idempotent).
+    Backfill(backfill::BackfillArgs),
     /// Print the online feature values of entities as JSON.
     Get(get::GetArgs),
     /// Compare local schema files with the topic's registered versions, or register them.
@@ -104,6 +107,7 @@ pub fn main() -> ExitCode {
             Command::Produce(args) => produce::produce(args).await,
             Command::Schemas(args) => schemas::schemas(args).await,
             Command::Get(args) => get::get(args).await,
+            Command::Backfill(args) => backfill::backfill(args).await,
         }
     })
 }

@@ -4,6 +4,7 @@
 //! (`<subscription>-online`, `<subscription>-offline`), so each acknowledges at its own pace
 //! and one sink being down never stalls the other (see README, "Acknowledgements").
 
+mod backfill;
 mod dead_letter;
 mod lane;
 
@@ -14,6 +15,7 @@ use pulsar::{Pulsar, TokioExecutor};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use backfill::{backfill, BackfillRange, BackfillSummary};
 pub use dead_letter::DeadLetter;
 pub use lane::{Lane, LaneError};
 

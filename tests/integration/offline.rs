@@ -129,3 +129,67 @@ async fn kill_nine_five_times_and_a_full_redelivery_leave_every_event_once() {
         "partition columns discovered: {types}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_into_an_empty_prefix_equals_the_live_pipeline_and_is_idempotent() {
+    const EVENTS: u64 = 20_000;
+    let project = Project::new(&redis_url());
+    project.pipeline(
+        "bf",
+        "online:\n  enabled: false",
+        "offline:\n  url: file://live\n  rollover_rows: 6000\n  rollover_interval: 1s",
+    );
+    project.produce("bf", EVENTS, 1_000, BASE, 100);
+    let connector = project.start();
+    wait_drained(&project.topic, &["bf-offline"], Duration::from_secs(60)).await;
+    assert_eq!(connector.stop(), 0);
+
+    let run_backfill = || {
+        let output = project.run_command(&[
+            "backfill",
+            "--pipeline",
+            "bf",
+            "--from",
+            "earliest",
+            "--offline-url",
+            "file://backfilled",
+        ]);
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    };
+    let summary = run_backfill();
+    assert!(
+        summary.contains(&format!(
+            "backfill bf: {EVENTS} messages, {EVENTS} rows, 0 undecodable"
+        )),
+        "{summary}"
+    );
+
+    let read = |dir: &str| {
+        let store: Arc<dyn object_store::ObjectStore> =
+            Arc::new(LocalFileSystem::new_with_prefix(project.path().join(dir)).expect("store"));
+        async move { event_indices(&read_parquet(store, "bf").await) }
+    };
+    let (live_rows, live) = read("live").await;
+    let (backfilled_rows, backfilled) = read("backfilled").await;
+    assert_eq!(live_rows as u64, EVENTS);
+    assert_eq!(
+        (backfilled_rows, &backfilled),
+        (live_rows, &live),
+        "backfill equals the live pipeline"
+    );
+
+    // Again into the same prefix: nothing is written twice.
+    let again = run_backfill();
+    let (rows, seen) = read("backfilled").await;
+    assert_eq!(
+        (rows as u64, seen.len() as u64),
+        (EVENTS, EVENTS),
+        "idempotent: {again}"
+    );
+}

@@ -47,6 +47,8 @@ pub struct Recovered {
     pub committed: HashMap<String, MessageKey>,
     /// Files read.
     pub files: usize,
+    /// Their total size in bytes.
+    pub bytes: u64,
     /// Files of incomplete batches of this instance that were deleted.
     pub removed: usize,
 }
@@ -70,10 +72,12 @@ pub async fn recover(
         .await
         .map_err(|e| format!("cannot list {dir}: {e}"))?;
     let mut files = Vec::new();
-    for meta in listed
+    let parquet: Vec<_> = listed
         .into_iter()
         .filter(|m| m.location.as_ref().ends_with(".parquet"))
-    {
+        .collect();
+    let bytes = parquet.iter().map(|m| m.size).sum();
+    for meta in parquet {
         let kv = footer_metadata(store, &meta.location, meta.size).await?;
         let (Some(batch), Some(count), Some(ranges)) = (
             kv.get(metadata_keys::BATCH_ID),
@@ -94,6 +98,7 @@ pub async fn recover(
     }
     let mut recovered = Recovered {
         files: files.len(),
+        bytes,
         ..Default::default()
     };
     let mut per_batch: HashMap<&str, Vec<&FileInfo>> = HashMap::new();

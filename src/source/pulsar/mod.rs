@@ -178,7 +178,8 @@ impl PulsarSource {
         }
     }
 
-    fn to_source_message(message: pulsar::consumer::Message<Vec<u8>>) -> SourceMessage {
+    /// A received message as the pipeline sees it.
+    pub fn message(message: pulsar::consumer::Message<Vec<u8>>) -> SourceMessage {
         let metadata = &message.payload.metadata;
         SourceMessage {
             schema_version: metadata
@@ -223,7 +224,7 @@ impl Source for PulsarSource {
             match tokio::time::timeout_at(wait_until, consumer.next()).await {
                 Err(_elapsed) => break,
                 Ok(Some(Ok(message))) => {
-                    batch.push(Self::to_source_message(message));
+                    batch.push(Self::message(message));
                     deadline.get_or_insert_with(|| tokio::time::Instant::now() + linger);
                 }
                 Ok(Some(Err(e))) => {

@@ -1,0 +1,204 @@
+//! Backfill: read a topic from the start (or a time) with a non-durable Pulsar reader into a
+//! pipeline's offline store only. Idempotent: the offline sink's recovery skips messages an
+//! earlier run (live or backfill) already committed.
+
+use std::time::Instant;
+
+use futures::StreamExt;
+use pulsar::consumer::{ConsumerOptions, InitialPosition};
+use pulsar::reader::Reader;
+use pulsar::{Pulsar, TokioExecutor};
+use tokio_util::sync::CancellationToken;
+
+use super::RuntimeError;
+use crate::config::{PipelineConfig, ServiceConfig};
+use crate::record::{RowBatch, RowLayout};
+use crate::schema::{DecoderSpec, PayloadDecoder, SchemaRegistry};
+use crate::sink::parquet::{open_store, ParquetSink};
+use crate::sink::Sink;
+use crate::source::pulsar::{MessagePosition, PulsarSource};
+use crate::source::SourceMessage;
+
+/// What to read.
+#[derive(Debug, Clone)]
+pub struct BackfillRange {
+    /// Messages published at or after this time (epoch ms); `None` = from the first.
+    pub from_ms: Option<u64>,
+    /// Messages published at or before this time; `None` = up to the last message at start.
+    pub to_ms: Option<u64>,
+    /// Offline store URL to write to instead of the pipeline's.
+    pub offline_url: Option<String>,
+}
+
+/// What a backfill did.
+#[derive(Debug, Default, Clone)]
+pub struct BackfillSummary {
+    /// Messages read from the topic.
+    pub messages: u64,
+    /// Rows handed to the offline sink (before skipping rows already committed).
+    pub rows: u64,
+    /// Messages that could not be decoded (not written; the live pipeline dead-letters them).
+    pub undecodable: u64,
+    /// Files in the store's pipeline folder afterwards.
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Seconds taken.
+    pub seconds: f64,
+}
+
+/// Runs the backfill, calling `progress(messages_so_far, estimated_total)` as it goes.
+pub async fn backfill(
+    service: &ServiceConfig,
+    pipeline: &PipelineConfig,
+    root: &std::path::Path,
+    range: &BackfillRange,
+    progress: impl Fn(u64, Option<u64>),
+) -> Result<BackfillSummary, RuntimeError> {
+    let started = Instant::now();
+    let setup = |message: String| RuntimeError::Setup {
+        pipeline: pipeline.name.clone(),
+        message,
+    };
+    let offline = pipeline
+        .offline
+        .clone()
+        .ok_or_else(|| setup("the pipeline has no offline sink".into()))?;
+    let rows = RowLayout {
+        keys: pipeline.entity_keys.clone(),
+        event_time: pipeline.event_time.clone(),
+        features: pipeline.features.clone(),
+    };
+    let http = reqwest::Client::new();
+    let spec = DecoderSpec {
+        topic: pipeline.source.topic.value.clone(),
+        reader: pipeline.schema.clone(),
+        format: pipeline.format,
+        compatibility: pipeline.compatibility,
+        columns: rows.columns(),
+        entity_keys: pipeline.entity_keys.clone(),
+        event_time: pipeline.event_time.clone(),
+        capacity: pipeline.source.max_batch_messages,
+    };
+    let mut decoder = PayloadDecoder::new(
+        spec,
+        SchemaRegistry::new(http.clone(), &service.pulsar.admin_url),
+    )
+    .map_err(|e| setup(format!("reader schema: {e}")))?;
+    let url = range
+        .offline_url
+        .clone()
+        .or_else(|| offline.url.as_ref().map(|u| u.value.clone()))
+        .unwrap_or_else(|| service.offline.default_url.clone());
+    let (store, prefix) =
+        open_store(&url, root, &service.offline.options).map_err(|e| setup(e.to_string()))?;
+    let mut sink = ParquetSink::new(
+        store.clone(),
+        prefix.clone(),
+        &pipeline.name,
+        offline,
+        decoder.output_schema(),
+        &pipeline.event_time,
+        CancellationToken::new(),
+    );
+    sink.recover().await.map_err(|e| setup(e.to_string()))?;
+
+    let pulsar = PulsarSource::connect(&service.pulsar.url).await?;
+    let mut reader = open_reader(&pulsar, &pipeline.source.topic.value)
+        .await
+        .map_err(|e| setup(format!("cannot open a reader: {e}")))?;
+    let last = reader
+        .get_last_message_id()
+        .await
+        .map_err(|e| setup(format!("cannot read the last message id: {e}")))?;
+    let estimate = topic_message_count(
+        &http,
+        &service.pulsar.admin_url,
+        &pipeline.source.topic.value,
+    )
+    .await;
+    let mut summary = BackfillSummary::default();
+    // An empty topic answers with entry -1 (as u64::MAX).
+    let mut done = last.entry_id == u64::MAX || last.ledger_id == u64::MAX;
+    let max_batch = pipeline.source.max_batch_messages.max(1);
+    while !done {
+        let mut messages: Vec<SourceMessage> = Vec::with_capacity(max_batch);
+        while messages.len() < max_batch && !done {
+            let Some(next) = reader.next().await else {
+                done = true;
+                break;
+            };
+            let message = next.map_err(|e| setup(format!("reading the topic: {e}")))?;
+            let id = message.message_id.id.clone();
+            let position = MessagePosition {
+                topic: message.topic.clone(),
+                id: id.clone(),
+                batch_size: message.message_id.batch_size,
+            };
+            let at_end = (id.ledger_id, id.entry_id) >= (last.ledger_id, last.entry_id)
+                && position.completes_entry();
+            let published = message.payload.metadata.publish_time;
+            let in_range = range.from_ms.is_none_or(|from| published >= from);
+            if range.to_ms.is_some_and(|to| published > to) {
+                done = true;
+                break;
+            }
+            summary.messages += 1;
+            if in_range {
+                messages.push(PulsarSource::message(message));
+            }
+            done |= at_end;
+        }
+        if !messages.is_empty() {
+            let decoded = decoder
+                .decode(&messages)
+                .await
+                .map_err(|e| setup(e.to_string()))?;
+            summary.undecodable += decoded.failures.len() as u64;
+            summary.rows += decoded.rows.num_rows() as u64;
+            sink.write(RowBatch {
+                rows: decoded.rows,
+                positions: messages.into_iter().map(|m| m.position).collect(),
+                row_positions: decoded.row_messages,
+            })
+            .await
+            .map_err(|e| setup(e.to_string()))?;
+        }
+        progress(summary.messages, estimate);
+    }
+    sink.flush().await.map_err(|e| setup(e.to_string()))?;
+    let after = sink.recover().await.map_err(|e| setup(e.to_string()))?;
+    (summary.files, summary.bytes) = (after.files, after.bytes);
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+async fn open_reader(
+    pulsar: &Pulsar<TokioExecutor>,
+    topic: &str,
+) -> Result<Reader<Vec<u8>, TokioExecutor>, pulsar::Error> {
+    pulsar
+        .reader()
+        .with_topic(topic)
+        .with_subscription(format!(
+            "feature-connector-backfill-{}",
+            uuid::Uuid::new_v4()
+        ))
+        .with_options(ConsumerOptions {
+            initial_position: InitialPosition::Earliest,
+            ..Default::default()
+        })
+        .into_reader()
+        .await
+}
+
+/// Messages published to the topic (broker stats), for the progress bar's ETA.
+async fn topic_message_count(http: &reqwest::Client, admin_url: &str, topic: &str) -> Option<u64> {
+    let path = topic.strip_prefix("persistent://")?;
+    let url = format!(
+        "{}/admin/v2/persistent/{path}/stats",
+        admin_url.trim_end_matches('/')
+    );
+    let stats: serde_json::Value = http.get(url).send().await.ok()?.json().await.ok()?;
+    stats["msgInCounter"].as_u64().filter(|n| *n > 0)
+}
