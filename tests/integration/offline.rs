@@ -193,3 +193,103 @@ async fn backfill_into_an_empty_prefix_equals_the_live_pipeline_and_is_idempoten
         "idempotent: {again}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollover_by_bytes_makes_files_near_the_target() {
+    const EVENTS: u64 = 60_000;
+    const TARGET: u64 = 100_000;
+    let project = Project::new(&redis_url());
+    std::fs::write(
+        project.path().join("connectors/sz.yaml"),
+        format!(
+            "name: sz\nsource:\n  topic: {}\n  subscription: sz\n  max_batch_messages: 200\nschema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  event_time: event_time\noffline:\n  url: file://offline\n  rollover_bytes: {TARGET}\n  rollover_rows: 1000000\n  rollover_interval: 1h\n  partition_by: ingest_time\n  partition_granularity: day\n",
+            project.topic
+        ),
+    )
+    .expect("pipeline");
+    project.produce("sz", EVENTS, 1_000, BASE, 100);
+    let connector = project.start();
+    // The last, partial file is written at shutdown; everything before by size.
+    wait_until("files by size", Duration::from_secs(60), || {
+        let dir = project.path().join("offline/sz");
+        async move { parquet_sizes(&dir).len() >= 5 }
+    })
+    .await;
+    wait_until("rows of all full files", Duration::from_secs(60), || {
+        let dir = project.path().join("offline/sz");
+        async move {
+            let sizes = parquet_sizes(&dir);
+            sizes.iter().sum::<u64>() as f64 >= 0.8 * (EVENTS as f64 * 20.0)
+        }
+    })
+    .await;
+    assert_eq!(connector.stop(), 0);
+    let mut sizes = parquet_sizes(&project.path().join("offline/sz"));
+    sizes.sort_unstable();
+    let store: Arc<dyn object_store::ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(project.path().join("offline")).expect("store"));
+    let (rows, seen) = event_indices(&read_parquet(store, "sz").await);
+    assert_eq!((rows as u64, seen.len() as u64), (EVENTS, EVENTS));
+    // The compression ratio is learned from each commit, so the first two files are a
+    // warm-up and the last is the shutdown remainder: every other file is within ±10 %.
+    let names = parquet_files(&project.path().join("offline/sz"));
+    let middle: Vec<u64> = names[2..names.len() - 1]
+        .iter()
+        .map(|(_, size)| *size)
+        .collect();
+    assert!(middle.len() >= 3, "{names:?}");
+    for size in &middle {
+        let off = (*size as f64 - TARGET as f64).abs() / TARGET as f64;
+        assert!(
+            off <= 0.10,
+            "file of {size} bytes is {:.0} % off the {TARGET} target: {names:?}",
+            off * 100.0
+        );
+    }
+}
+
+/// Parquet files under `dir` (recursively), oldest first by name (first message id).
+fn parquet_files(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "parquet") {
+                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                out.push((
+                    p.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned(),
+                    size,
+                ));
+            }
+        }
+    }
+    // part-it-{ledger}_{entry}_{index}: numeric order of the first message.
+    out.sort_by_key(|(name, _)| {
+        name.trim_end_matches(".parquet")
+            .rsplit('-')
+            .next()
+            .map(|id| {
+                id.split('_')
+                    .map(|n| n.parse::<i64>().unwrap_or(0))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    });
+    out
+}
+
+fn parquet_sizes(dir: &std::path::Path) -> Vec<u64> {
+    parquet_files(dir)
+        .into_iter()
+        .map(|(_, size)| size)
+        .collect()
+}

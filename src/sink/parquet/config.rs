@@ -49,6 +49,10 @@ pub struct OfflineSinkConfig {
     /// A file is written once it holds this many rows.
     #[serde(default = "default_rollover_rows")]
     pub rollover_rows: usize,
+    /// A file is written once its encoded size would reach this many bytes (estimated from
+    /// the buffered Arrow size and the compression ratio of the previous file).
+    #[serde(default)]
+    pub rollover_bytes: Option<u64>,
     /// A file is written once its first row is this old.
     #[serde(default = "default_rollover_interval", with = "humantime_serde")]
     pub rollover_interval: Duration,

@@ -56,6 +56,9 @@ pub struct ParquetSink {
     cancel: CancellationToken,
     committed: HashMap<String, MessageKey>,
     event_time: String,
+    buffered_arrow_bytes: usize,
+    /// Encoded bytes per in-memory Arrow byte, learned from the last commit.
+    encoded_per_arrow_byte: f64,
 }
 
 impl ParquetSink {
@@ -88,6 +91,8 @@ impl ParquetSink {
             cancel,
             committed: HashMap::new(),
             event_time: event_time.to_string(),
+            buffered_arrow_bytes: 0,
+            encoded_per_arrow_byte: 0.25,
         }
     }
 
@@ -222,6 +227,7 @@ impl ParquetSink {
         .await
         .map_err(|e| fatal("Parquet encoder task failed", &e))?
         .map_err(|e| fatal("Parquet encoding failed", &e))?;
+        let encoded_total: usize = encoded.iter().map(|(_, _, bytes)| bytes.len()).sum();
         let file = format!(
             "part-{}-{}.parquet",
             self.instance,
@@ -238,7 +244,11 @@ impl ParquetSink {
             self.put_until_done(&path, payload).await?;
             tracing::info!(%path, rows, bytes = size, first = %first_id, last = %last_id, "Parquet file committed");
         }
+        if self.buffered_arrow_bytes > 0 && encoded_total > 0 {
+            self.encoded_per_arrow_byte = encoded_total as f64 / self.buffered_arrow_bytes as f64;
+        }
         self.buffered.clear();
+        self.buffered_arrow_bytes = 0;
         self.buffered_rows = 0;
         self.opened_at = None;
         Ok(std::mem::take(&mut self.positions))
@@ -263,6 +273,12 @@ impl ParquetSink {
                 }
             }
         }
+    }
+
+    fn due_by_size(&self) -> bool {
+        self.config.rollover_bytes.is_some_and(|target| {
+            self.buffered_arrow_bytes as f64 * self.encoded_per_arrow_byte >= target as f64
+        })
     }
 
     fn due_by_age(&self) -> bool {
@@ -314,10 +330,14 @@ impl Sink for ParquetSink {
         };
         self.buffered_rows += rows.num_rows();
         if rows.num_rows() > 0 {
+            self.buffered_arrow_bytes += rows.get_array_memory_size();
             self.buffered.push(rows);
         }
         self.positions.extend(batch.positions);
-        if self.buffered_rows >= self.config.rollover_rows || self.due_by_age() {
+        if self.buffered_rows >= self.config.rollover_rows
+            || self.due_by_size()
+            || self.due_by_age()
+        {
             self.commit().await
         } else {
             Ok(Vec::new())
