@@ -162,6 +162,32 @@ pub fn sample_value(schema: &Schema, name: &str, index: usize, i: u64) -> Result
             )
         }
         Schema::Union(union) => return union_value(union, name, index, i),
+        Schema::TimeMillis => Value::TimeMillis(i32::try_from(n % 86_400_000).unwrap_or(0)),
+        Schema::TimeMicros => Value::TimeMicros((n * 1000) % 86_400_000_000),
+        // Cents: i × 1.23 with two decimal places.
+        Schema::Decimal(_) => {
+            Value::Decimal(apache_avro::Decimal::from(minimal_be(i128::from(n) * 123)))
+        }
+        Schema::Uuid(_) => Value::Uuid(uuid::Uuid::from_u128(u128::from(i))),
+        Schema::Fixed(fixed) => {
+            let mut bytes = i.to_le_bytes().to_vec();
+            bytes.resize(fixed.size, 0);
+            Value::Fixed(fixed.size, bytes)
+        }
+        Schema::Map(map) => Value::Map(
+            [("a", i), ("b", i + 1)]
+                .into_iter()
+                .map(|(k, j)| Ok((k.to_string(), sample_value(&map.types, name, index, j)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        Schema::Record(record) => Value::Record(
+            record
+                .fields
+                .iter()
+                .enumerate()
+                .map(|(k, f)| Ok((f.name.clone(), sample_value(&f.schema, &f.name, k, i)?)))
+                .collect::<Result<_, String>>()?,
+        ),
         Schema::Array(array) => Value::Array(
             (0..3)
                 .map(|k| sample_value(&array.items, name, index, i + k))
@@ -173,6 +199,21 @@ pub fn sample_value(schema: &Schema, name: &str, index: usize, i: u64) -> Result
             ))
         }
     })
+}
+
+/// The shortest big-endian two's complement bytes of `n`, as Avro decimals store them.
+fn minimal_be(n: i128) -> Vec<u8> {
+    let bytes = n.to_be_bytes();
+    let mut start = 0;
+    while start < bytes.len() - 1 {
+        let (b, next) = (bytes[start], bytes[start + 1]);
+        if (b == 0 && next & 0x80 == 0) || (b == 0xff && next & 0x80 != 0) {
+            start += 1;
+        } else {
+            break;
+        }
+    }
+    bytes[start..].to_vec()
 }
 
 fn union_value(union: &UnionSchema, name: &str, index: usize, i: u64) -> Result<Value, String> {

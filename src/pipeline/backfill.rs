@@ -101,6 +101,7 @@ pub async fn backfill(
         &pipeline.event_time,
         CancellationToken::new(),
     );
+    sink.set_schema_fingerprint(pipeline.schema.fingerprint());
     sink.recover().await.map_err(|e| setup(e.to_string()))?;
 
     let pulsar = PulsarSource::connect(&service.pulsar.url).await?;

@@ -204,6 +204,7 @@ async fn build_lanes(
             &pipeline.event_time,
             cancel.clone(),
         );
+        sink.set_schema_fingerprint(pipeline.schema.fingerprint());
         let recovered = sink.recover().await.map_err(|e| setup(e.to_string()))?;
         tracing::info!(
             pipeline = %pipeline.name,

@@ -90,6 +90,17 @@ impl ReaderSchema {
         Ok(Self { avro, json })
     }
 
+    /// Rabin fingerprint (hex) of the schema's Parsing Canonical Form.
+    pub fn fingerprint(&self) -> String {
+        match arrow_avro::schema::AvroSchema::new(self.json.clone())
+            .fingerprint(arrow_avro::schema::FingerprintAlgorithm::Rabin)
+        {
+            Ok(arrow_avro::schema::Fingerprint::Rabin(value)) => format!("{value:016x}"),
+            Ok(other) => format!("{other:?}"),
+            Err(_) => String::new(),
+        }
+    }
+
     fn record(&self) -> &RecordSchema {
         match &self.avro {
             Schema::Record(record) => record,

@@ -293,3 +293,180 @@ fn parquet_sizes(dir: &std::path::Path) -> Vec<u64> {
         .map(|(_, size)| size)
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_avro_type_round_trips_to_its_arrow_and_parquet_type() {
+    use arrow::array::Array;
+    use arrow::datatypes::{DataType, Field, Fields, TimeUnit};
+
+    const EVENTS: u64 = 60;
+    let project = Project::new(&redis_url());
+    project.schema_file("all_types.avsc", include_str!("all_types.avsc"));
+    let prefix = unique("types");
+    // Only the age can roll this file over (the row limit is far away): a file appears while
+    // the connector still runs.
+    project.pipeline_with_schema(
+        "types",
+        "  file: schemas/all_types.avsc",
+        &format!("online:\n  key_prefix: {prefix}"),
+        "offline:\n  url: file://offline\n  rollover_rows: 1000000\n  rollover_interval: 1s",
+    );
+    project.produce("types", EVENTS, 10, BASE, 0);
+    let connector = project.start();
+    wait_drained(
+        &project.topic,
+        &["types-offline", "types-online"],
+        Duration::from_secs(60),
+    )
+    .await;
+    let store: Arc<dyn object_store::ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(project.path().join("offline")).expect("store"));
+    let files = read_parquet(store, "types").await;
+    assert!(
+        !files.is_empty(),
+        "the age rollover wrote a file before shutdown"
+    );
+    assert_eq!(connector.stop(), 0);
+
+    let utc = Some("+00:00".into());
+    let expected = vec![
+        ("user_id", DataType::Utf8, false),
+        (
+            "event_time",
+            DataType::Timestamp(TimeUnit::Millisecond, utc.clone()),
+            false,
+        ),
+        ("f_int", DataType::Int32, false),
+        ("f_long", DataType::Int64, false),
+        ("f_float", DataType::Float32, false),
+        ("f_double", DataType::Float64, false),
+        ("f_bool", DataType::Boolean, false),
+        ("f_bytes", DataType::Binary, false),
+        ("f_string", DataType::Utf8, false),
+        (
+            "f_ts_micros",
+            DataType::Timestamp(TimeUnit::Microsecond, utc),
+            false,
+        ),
+        ("f_date", DataType::Date32, false),
+        (
+            "f_time_millis",
+            DataType::Time32(TimeUnit::Millisecond),
+            false,
+        ),
+        (
+            "f_time_micros",
+            DataType::Time64(TimeUnit::Microsecond),
+            false,
+        ),
+        ("f_decimal", DataType::Decimal128(10, 2), false),
+        ("f_uuid", DataType::FixedSizeBinary(16), false),
+        ("f_nullable", DataType::Int64, true),
+        (
+            "f_record",
+            DataType::Struct(Fields::from(vec![
+                Field::new("a", DataType::Int32, false),
+                Field::new("b", DataType::Utf8, false),
+            ])),
+            false,
+        ),
+        (
+            "f_enum",
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            false,
+        ),
+        ("f_fixed", DataType::FixedSizeBinary(4), false),
+    ];
+    let (_, batch) = &files[0];
+    let schema = batch.schema();
+    for (name, data_type, nullable) in &expected {
+        let field = schema
+            .field_with_name(name)
+            .unwrap_or_else(|_| panic!("column {name}"));
+        assert_eq!(field.data_type(), data_type, "type of {name}");
+        assert_eq!(field.is_nullable(), *nullable, "nullability of {name}");
+    }
+    assert!(
+        matches!(schema.field_with_name("f_array").expect("f_array").data_type(), DataType::List(item) if item.data_type() == &DataType::Int64)
+    );
+    assert!(matches!(
+        schema.field_with_name("f_map").expect("f_map").data_type(),
+        DataType::Map(_, _)
+    ));
+
+    // Values of one row come back as written.
+    let rows: usize = files.iter().map(|(_, b)| b.num_rows()).sum();
+    assert_eq!(rows as u64, EVENTS);
+    let times = batch
+        .column_by_name("event_time")
+        .expect("event_time")
+        .as_primitive::<TimestampMillisecondType>();
+    let row = 0;
+    let i = (times.value(row) - BASE) as u64;
+    let decimal = batch
+        .column_by_name("f_decimal")
+        .expect("decimal")
+        .as_primitive::<arrow::datatypes::Decimal128Type>();
+    assert_eq!(decimal.value(row), i128::from(i) * 123);
+    let uuid = batch
+        .column_by_name("f_uuid")
+        .expect("uuid")
+        .as_fixed_size_binary();
+    assert_eq!(
+        uuid.value(row),
+        uuid::Uuid::from_u128(u128::from(i)).as_bytes()
+    );
+    let colours = batch.column_by_name("f_enum").expect("enum");
+    let colour = arrow::compute::cast(colours, &DataType::Utf8).expect("cast");
+    assert_eq!(
+        colour.as_string::<i32>().value(row),
+        ["RED", "GREEN", "BLUE"][(i % 3) as usize]
+    );
+    let nullable = batch.column_by_name("f_nullable").expect("nullable");
+    assert_eq!(nullable.is_null(row), i % 10 == 9);
+
+    // Every file names its pipeline, schema and message range.
+    let path = project.path().join("offline").join(&files[0].0);
+    let reader =
+        parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&path).expect("open"))
+            .expect("parquet file");
+    let kv: std::collections::HashMap<String, String> =
+        parquet::file::reader::FileReader::metadata(&reader)
+            .file_metadata()
+            .key_value_metadata()
+            .expect("key-value metadata")
+            .iter()
+            .filter_map(|kv| Some((kv.key.clone(), kv.value.clone()?)))
+            .collect();
+    assert_eq!(
+        kv.get("feature_connector.pipeline").map(String::as_str),
+        Some("types")
+    );
+    let fingerprint = kv
+        .get("feature_connector.schema_fingerprint")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        fingerprint.len() == 16 && fingerprint.chars().all(|c| c.is_ascii_hexdigit()),
+        "{fingerprint}"
+    );
+    let ranges: serde_json::Value =
+        serde_json::from_str(kv.get("feature_connector.message_ranges").expect("ranges"))
+            .expect("json");
+    assert!(ranges[&project.topic].is_array(), "{ranges}");
+
+    // The online store took every type too (native layout renders them as text).
+    let mut redis = redis(&redis_url()).await;
+    let stored: std::collections::HashMap<String, String> =
+        redis::AsyncCommands::hgetall(&mut redis, format!("{prefix}:types:user-3"))
+            .await
+            .expect("hgetall");
+    assert_eq!(
+        stored.get("f_enum").map(String::as_str),
+        Some(["RED", "GREEN", "BLUE"][(53 % 3) as usize])
+    );
+    assert_eq!(
+        stored.get("f_decimal").map(String::as_str),
+        Some(format!("{:.2}", 53.0 * 1.23).as_str())
+    );
+}

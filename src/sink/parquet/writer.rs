@@ -33,6 +33,8 @@ pub mod metadata_keys {
     pub const FIRST_MESSAGE: &str = "feature_connector.first_message_id";
     /// Last message id in the file.
     pub const LAST_MESSAGE: &str = "feature_connector.last_message_id";
+    /// Rabin fingerprint (hex) of the pipeline's reader schema.
+    pub const SCHEMA_FINGERPRINT: &str = "feature_connector.schema_fingerprint";
     /// The rollover batch the file belongs to (`{instance}-{first message}`).
     pub const BATCH_ID: &str = "feature_connector.batch_id";
     /// How many files that batch has.
@@ -41,7 +43,7 @@ pub mod metadata_keys {
     pub const MESSAGE_RANGES: &str = "feature_connector.message_ranges";
 }
 
-/// Writes `{prefix}/{pipeline}/dt=YYYY-MM-DD/hr=HH/part-{instance}-{first message}.parquet`.
+/// Writes `{prefix}/{pipeline}/dt=YYYY-MM-DD/hr=HH/part-{instance}-{partition}-{first message}.parquet`.
 pub struct ParquetSink {
     store: Arc<dyn ObjectStore>,
     prefix: StorePath,
@@ -56,6 +58,7 @@ pub struct ParquetSink {
     cancel: CancellationToken,
     committed: HashMap<String, MessageKey>,
     event_time: String,
+    schema_fingerprint: String,
     buffered_arrow_bytes: usize,
     /// Encoded bytes per in-memory Arrow byte, learned from the last commit.
     encoded_per_arrow_byte: f64,
@@ -91,9 +94,15 @@ impl ParquetSink {
             cancel,
             committed: HashMap::new(),
             event_time: event_time.to_string(),
+            schema_fingerprint: String::new(),
             buffered_arrow_bytes: 0,
             encoded_per_arrow_byte: 0.25,
         }
+    }
+
+    /// Records the reader schema's fingerprint in every file written from now on.
+    pub fn set_schema_fingerprint(&mut self, fingerprint: String) {
+        self.schema_fingerprint = fingerprint;
     }
 
     /// Reads what earlier runs committed (see [`super::recovery`]); call before the first write.
@@ -171,6 +180,7 @@ impl ParquetSink {
             .set_statistics_enabled(EnabledStatistics::Page)
             .set_key_value_metadata(Some(vec![
                 kv(metadata_keys::PIPELINE, &self.pipeline),
+                kv(metadata_keys::SCHEMA_FINGERPRINT, &self.schema_fingerprint),
                 kv(metadata_keys::TOPIC, topic),
                 kv(metadata_keys::FIRST_MESSAGE, first),
                 kv(metadata_keys::LAST_MESSAGE, last),
@@ -229,8 +239,9 @@ impl ParquetSink {
         .map_err(|e| fatal("Parquet encoding failed", &e))?;
         let encoded_total: usize = encoded.iter().map(|(_, _, bytes)| bytes.len()).sum();
         let file = format!(
-            "part-{}-{}.parquet",
+            "part-{}-{}-{}.parquet",
             self.instance,
+            partition_of(&topic),
             first_id.replace(':', "_")
         );
         for (dir, rows, bytes) in encoded {
@@ -285,6 +296,14 @@ impl ParquetSink {
         self.opened_at
             .is_some_and(|opened| opened.elapsed() >= self.config.rollover_interval)
     }
+}
+
+/// The partition index of a topic name (`…-partition-3` → 3), 0 for a non-partitioned one.
+fn partition_of(topic: &str) -> u32 {
+    topic
+        .rsplit_once("-partition-")
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or(0)
 }
 
 fn encode(
