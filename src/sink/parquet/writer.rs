@@ -59,6 +59,7 @@ pub struct ParquetSink {
     committed: HashMap<String, MessageKey>,
     event_time: String,
     schema_fingerprint: String,
+    first_row: Option<MessagePosition>,
     buffered_arrow_bytes: usize,
     /// Encoded bytes per in-memory Arrow byte, learned from the last commit.
     encoded_per_arrow_byte: f64,
@@ -95,6 +96,7 @@ impl ParquetSink {
             committed: HashMap::new(),
             event_time: event_time.to_string(),
             schema_fingerprint: String::new(),
+            first_row: None,
             buffered_arrow_bytes: 0,
             encoded_per_arrow_byte: 0.25,
         }
@@ -117,9 +119,19 @@ impl ParquetSink {
 
     /// Drops rows of messages an earlier run already committed (redelivered after a crash
     /// between a commit and its acknowledgement). Their positions stay, to be acknowledged.
-    fn drop_committed(&self, batch: &RowBatch) -> Result<Option<RecordBatch>, SinkError> {
+    fn drop_committed(
+        &self,
+        batch: &RowBatch,
+    ) -> Result<(RecordBatch, Option<MessagePosition>), SinkError> {
+        let position_of = |row: usize| {
+            batch
+                .row_positions
+                .get(row)
+                .and_then(|&i| batch.positions.get(i))
+                .cloned()
+        };
         if self.committed.is_empty() {
-            return Ok(None);
+            return Ok((batch.rows.clone(), position_of(0)));
         }
         let keep: Vec<bool> = batch
             .row_positions
@@ -132,14 +144,18 @@ impl ParquetSink {
                 })
             })
             .collect();
+        let first_kept = keep.iter().position(|k| *k).and_then(position_of);
         if keep.iter().all(|k| *k) {
-            return Ok(None);
+            return Ok((batch.rows.clone(), first_kept));
         }
         let dropped = keep.iter().filter(|k| !**k).count();
         tracing::info!(dropped, "skipping rows already committed by an earlier run");
-        arrow::compute::filter_record_batch(&batch.rows, &arrow::array::BooleanArray::from(keep))
-            .map(Some)
-            .map_err(|e| SinkError::Fatal(format!("filtering committed rows: {e}")))
+        let kept = arrow::compute::filter_record_batch(
+            &batch.rows,
+            &arrow::array::BooleanArray::from(keep),
+        )
+        .map_err(|e| SinkError::Fatal(format!("filtering committed rows: {e}")))?;
+        Ok((kept, first_kept))
     }
 
     /// Per topic, `[first, last]` message id of the buffered positions, as JSON.
@@ -206,6 +222,7 @@ impl ParquetSink {
                 "rows buffered without message positions".into(),
             ));
         };
+        let first = self.first_row.as_ref().unwrap_or(first);
         let (first_id, last_id, topic) =
             (first.display_id(), last.display_id(), first.topic.clone());
         let fatal =
@@ -259,6 +276,7 @@ impl ParquetSink {
             self.encoded_per_arrow_byte = encoded_total as f64 / self.buffered_arrow_bytes as f64;
         }
         self.buffered.clear();
+        self.first_row = None;
         self.buffered_arrow_bytes = 0;
         self.buffered_rows = 0;
         self.opened_at = None;
@@ -343,12 +361,14 @@ impl Sink for ParquetSink {
             return Ok(Vec::new());
         }
         self.opened_at.get_or_insert_with(Instant::now);
-        let rows = match self.drop_committed(&batch)? {
-            Some(kept) => kept,
-            None => batch.rows,
-        };
+        let (rows, first_kept) = self.drop_committed(&batch)?;
         self.buffered_rows += rows.num_rows();
         if rows.num_rows() > 0 {
+            // Files are named after their first row's message: a redelivered buffer whose
+            // first messages were skipped must not reuse (and overwrite) a committed name.
+            if self.first_row.is_none() {
+                self.first_row = first_kept;
+            }
             self.buffered_arrow_bytes += rows.get_array_memory_size();
             self.buffered.push(rows);
         }
