@@ -5,6 +5,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
+use pulsar::compression::{
+    Compression, CompressionLz4, CompressionSnappy, CompressionZlib, CompressionZstd,
+};
 use pulsar::message::proto::{schema::Type as SchemaType, Schema as ProtoSchema};
 use pulsar::producer::ProducerOptions;
 
@@ -42,6 +45,19 @@ pub struct ProduceArgs {
     /// Publish the events in a scrambled order (event times out of order).
     #[arg(long)]
     shuffle: bool,
+    /// Producer compression: none, lz4, zlib, zstd or snappy.
+    #[arg(long, default_value = "none", value_parser = ["none", "lz4", "zlib", "zstd", "snappy"])]
+    compression: String,
+}
+
+fn compression(name: &str) -> Compression {
+    match name {
+        "lz4" => Compression::Lz4(CompressionLz4::default()),
+        "zlib" => Compression::Zlib(CompressionZlib::default()),
+        "zstd" => Compression::Zstd(CompressionZstd::default()),
+        "snappy" => Compression::Snappy(CompressionSnappy::default()),
+        _ => Compression::None,
+    }
 }
 
 /// Publishes the events and waits for every receipt.
@@ -120,6 +136,7 @@ async fn publish(
             batch_size: (args.batch > 0).then_some(args.batch),
             // Wait for room instead of failing with SlowDown when the broker is slower.
             block_queue_if_full: true,
+            compression: Some(compression(&args.compression)),
             ..Default::default()
         })
         .build()

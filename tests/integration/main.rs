@@ -8,4 +8,5 @@ mod offline;
 mod online;
 mod redis_outage;
 mod schemas;
+mod subscriptions;
 mod validate;

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use pulsar::consumer::{ConsumerOptions, InitialPosition};
 use pulsar::message::proto::command_subscribe::SubType;
 use pulsar::message::proto::MessageIdData;
-use pulsar::{Consumer, Pulsar, TokioExecutor};
+use pulsar::{Consumer, OperationRetryOptions, Pulsar, TokioExecutor};
 
 pub use acks::{acks_for, AckTarget};
 pub use config::{PulsarServiceConfig, PulsarSourceConfig, StartPosition, SubscriptionKind};
@@ -128,6 +128,13 @@ impl PulsarSource {
     /// Connects the client shared by all lanes of the process.
     pub async fn connect(url: &str) -> Result<Pulsar<TokioExecutor>, SourceError> {
         Pulsar::builder(url, TokioExecutor)
+            // Bounded: a busy Exclusive subscription must become an error, not an endless
+            // wait; callers that must not give up (consumer rebuild, DLQ) loop themselves.
+            .with_operation_retry_options(OperationRetryOptions {
+                operation_timeout: Duration::from_secs(30),
+                retry_delay: Duration::from_secs(1),
+                max_retries: Some(10),
+            })
             .build()
             .await
             .map_err(|source| SourceError::Connect {
