@@ -7,6 +7,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 started=$(date +%s)
+if [[ ${CI:-} == true ]]; then
+  # CI leaves nothing running, whether the suite passes or fails.
+  trap 'bash scripts/services.sh stop' EXIT
+fi
 bash scripts/services.sh start
 # shellcheck disable=SC1091
 source .services/env
@@ -22,7 +26,3 @@ export RUST_BACKTRACE=${RUST_BACKTRACE:-0}
 cargo build --all-targets --locked
 cargo test --all-targets --locked -- --test-threads "${FC_TEST_THREADS:-4}"
 echo "test.sh: suite finished in $(($(date +%s) - started)) s"
-
-if [[ ${CI:-} == true ]]; then
-  bash scripts/services.sh stop
-fi
