@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
+use super::{ConfigArgs, EXIT_CONFIG};
 use crate::pipeline::{backfill as run_backfill, BackfillRange};
 
 /// Options of `backfill`.
@@ -35,17 +35,11 @@ fn parse_time(flag: &str, text: &str) -> Result<u64, String> {
 
 /// Shows a progress bar on a terminal and prints a summary line.
 pub async fn backfill(args: BackfillArgs) -> ExitCode {
-    let (service, pipelines) = match args.config.load() {
-        Ok(loaded) => loaded,
-        Err(e) => {
-            print_config_error(&e);
-            return ExitCode::from(EXIT_CONFIG);
-        }
+    let (service, pipeline) = match args.config.load_pipeline(&args.pipeline) {
+        Ok(found) => found,
+        Err(code) => return code,
     };
-    let Some(pipeline) = pipelines.iter().find(|p| p.name == args.pipeline) else {
-        eprintln!("error: no pipeline `{}`", args.pipeline);
-        return ExitCode::from(EXIT_CONFIG);
-    };
+    let pipeline = &pipeline;
     let from_ms = match args.from.as_str() {
         "earliest" => Ok(None),
         text => parse_time("from", text).map(Some),

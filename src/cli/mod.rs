@@ -81,6 +81,24 @@ impl ConfigArgs {
         }
     }
 
+    /// Loads the config and picks the pipeline `name`; prints why not and gives the exit
+    /// code otherwise.
+    fn load_pipeline(&self, name: &str) -> Result<(ServiceConfig, PipelineConfig), ExitCode> {
+        let (service, pipelines) = self.load().map_err(|e| {
+            print_config_error(&e);
+            ExitCode::from(EXIT_CONFIG)
+        })?;
+        let names: Vec<&str> = pipelines.iter().map(|p| p.name.as_str()).collect();
+        let known = names.join(", ");
+        match pipelines.into_iter().find(|p| p.name == name) {
+            Some(pipeline) => Ok((service, pipeline)),
+            None => {
+                eprintln!("error: no pipeline `{name}` (have: {known})");
+                Err(ExitCode::from(EXIT_CONFIG))
+            }
+        }
+    }
+
     fn root(&self) -> &Path {
         &self.root
     }

@@ -11,7 +11,7 @@ use pulsar::compression::{
 use pulsar::message::proto::{schema::Type as SchemaType, Schema as ProtoSchema};
 use pulsar::producer::ProducerOptions;
 
-use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
+use super::ConfigArgs;
 use crate::sample::{sample_record, SampleSpec};
 use crate::schema::{PayloadFormat, ReaderSchema};
 use crate::source::pulsar::PulsarSource;
@@ -62,25 +62,11 @@ fn compression(name: &str) -> Compression {
 
 /// Publishes the events and waits for every receipt.
 pub async fn produce(args: ProduceArgs) -> ExitCode {
-    let (service, pipelines) = match args.config.load() {
-        Ok(loaded) => loaded,
-        Err(e) => {
-            print_config_error(&e);
-            return ExitCode::from(EXIT_CONFIG);
-        }
+    let (service, pipeline) = match args.config.load_pipeline(&args.pipeline) {
+        Ok(found) => found,
+        Err(code) => return code,
     };
-    let Some(pipeline) = pipelines.iter().find(|p| p.name == args.pipeline) else {
-        eprintln!(
-            "error: no pipeline `{}` (have: {})",
-            args.pipeline,
-            pipelines
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        return ExitCode::from(EXIT_CONFIG);
-    };
+    let pipeline = &pipeline;
     let spec = SampleSpec {
         entities: args.entities,
         base_ms: args.base_ms.unwrap_or_else(|| {

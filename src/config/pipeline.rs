@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned};
-use crate::schema::{Compatibility, PayloadFormat, ReaderSchema};
+use crate::record::RowLayout;
+use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
 use crate::sink::parquet::OfflineSinkConfig;
 use crate::sink::redis::{feast_supports, LayoutKind, OnlineSinkConfig};
 use crate::source::pulsar::PulsarSourceConfig;
@@ -95,6 +96,31 @@ pub struct PipelineConfig {
     pub online: Option<OnlineSinkConfig>,
     /// Offline sink, when enabled.
     pub offline: Option<OfflineSinkConfig>,
+}
+
+impl PipelineConfig {
+    /// Where keys, event time and features are in this pipeline's rows.
+    pub fn row_layout(&self) -> RowLayout {
+        RowLayout {
+            keys: self.entity_keys.clone(),
+            event_time: self.event_time.clone(),
+            features: self.features.clone(),
+        }
+    }
+
+    /// What a payload decoder for this pipeline needs.
+    pub fn decoder_spec(&self) -> DecoderSpec {
+        DecoderSpec {
+            topic: self.source.topic.value.clone(),
+            reader: self.schema.clone(),
+            format: self.format,
+            compatibility: self.compatibility,
+            columns: self.row_layout().columns(),
+            entity_keys: self.entity_keys.clone(),
+            event_time: self.event_time.clone(),
+            capacity: self.source.max_batch_messages,
+        }
+    }
 }
 
 /// Loads and checks every `*.yaml`/`*.yml` file in `connectors_dir`. Relative paths inside

@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::RuntimeError;
 use crate::config::{PipelineConfig, ServiceConfig};
-use crate::record::{RowBatch, RowLayout};
-use crate::schema::{DecoderSpec, PayloadDecoder, SchemaRegistry};
+use crate::record::RowBatch;
+use crate::schema::{PayloadDecoder, SchemaRegistry};
 use crate::sink::parquet::{open_store, ParquetSink};
 use crate::sink::Sink;
 use crate::source::pulsar::{MessagePosition, PulsarSource};
@@ -64,22 +64,8 @@ pub async fn backfill(
         .offline
         .clone()
         .ok_or_else(|| setup("the pipeline has no offline sink".into()))?;
-    let rows = RowLayout {
-        keys: pipeline.entity_keys.clone(),
-        event_time: pipeline.event_time.clone(),
-        features: pipeline.features.clone(),
-    };
     let http = reqwest::Client::new();
-    let spec = DecoderSpec {
-        topic: pipeline.source.topic.value.clone(),
-        reader: pipeline.schema.clone(),
-        format: pipeline.format,
-        compatibility: pipeline.compatibility,
-        columns: rows.columns(),
-        entity_keys: pipeline.entity_keys.clone(),
-        event_time: pipeline.event_time.clone(),
-        capacity: pipeline.source.max_batch_messages,
-    };
+    let spec = pipeline.decoder_spec();
     let mut decoder = PayloadDecoder::new(
         spec,
         SchemaRegistry::new(http.clone(), &service.pulsar.admin_url),

@@ -21,8 +21,7 @@ pub use lane::{Lane, LaneError};
 
 use crate::config::{PipelineConfig, ServiceConfig};
 use crate::metrics::Metrics;
-use crate::record::RowLayout;
-use crate::schema::{DecoderSpec, PayloadDecoder, SchemaRegistry};
+use crate::schema::{PayloadDecoder, SchemaRegistry};
 use crate::sink::parquet::{open_store, ParquetSink};
 use crate::sink::redis::RedisSink;
 use crate::sink::Sink;
@@ -118,22 +117,9 @@ async fn build_lanes(
         pipeline: pipeline.name.clone(),
         message,
     };
-    let rows = RowLayout {
-        keys: pipeline.entity_keys.clone(),
-        event_time: pipeline.event_time.clone(),
-        features: pipeline.features.clone(),
-    };
+    let rows = pipeline.row_layout();
     let source = &pipeline.source;
-    let spec = DecoderSpec {
-        topic: source.topic.value.clone(),
-        reader: pipeline.schema.clone(),
-        format: pipeline.format,
-        compatibility: pipeline.compatibility,
-        columns: rows.columns(),
-        entity_keys: pipeline.entity_keys.clone(),
-        event_time: pipeline.event_time.clone(),
-        capacity: source.max_batch_messages,
-    };
+    let spec = pipeline.decoder_spec();
     let registry = SchemaRegistry::new(http.clone(), &service.pulsar.admin_url);
     let mut template =
         PayloadDecoder::new(spec, registry).map_err(|e| setup(format!("reader schema: {e}")))?;
