@@ -2,6 +2,7 @@
 //! (Pulsar standalone, redis-server, moto S3) — one test binary so it builds once.
 
 mod common;
+mod deploy;
 mod end_to_end;
 mod feast;
 mod offline;

@@ -1,0 +1,150 @@
+//! The deploy files stay correct although no Docker engine or cluster runs here: the compose
+//! file against the Compose Specification schema (check-jsonschema's vendored copy), the
+//! Kubernetes example and the Grafana dashboard against what the connector really serves.
+
+use std::path::Path;
+use std::process::Command;
+
+fn repo(path: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The Feast venv's python with check-jsonschema added (pinned).
+fn python_with_validator() -> String {
+    let python = crate::feast::feast_python();
+    let has = Command::new(&python)
+        .args(["-c", "import check_jsonschema"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has {
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "check-jsonschema==0.39.0",
+            ])
+            .status()
+            .expect("pip");
+        assert!(status.success(), "pip install check-jsonschema");
+    }
+    python
+}
+
+fn check_compose(python: &str, file: &Path) -> std::process::Output {
+    Command::new(python)
+        .args([
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.compose-spec",
+        ])
+        .arg(file)
+        .output()
+        .expect("check-jsonschema")
+}
+
+#[test]
+fn compose_file_follows_the_compose_spec() {
+    let python = python_with_validator();
+    let output = check_compose(&python, &repo("docker-compose.yml"));
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The validator does reject a broken file.
+    let dir = tempfile::tempdir().expect("dir");
+    let broken = dir.path().join("docker-compose.yml");
+    std::fs::write(
+        &broken,
+        "services:\n  connector:\n    ports: 9464\n    depends_on: 7\n",
+    )
+    .expect("write");
+    assert!(
+        !check_compose(&python, &broken).status.success(),
+        "a broken compose file must fail"
+    );
+}
+
+#[test]
+fn kubernetes_example_and_dashboard_match_what_the_connector_serves() {
+    let python = crate::feast::feast_python();
+    let script = r#"
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kinds = sorted(d["kind"] for d in docs)
+deploy = next(d for d in docs if d["kind"] == "Deployment")
+sidecar = next(c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "feature-connector")
+dashboard = json.load(open(sys.argv[2]))
+exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+print(json.dumps({"kinds": kinds, "args": sidecar["args"], "live": sidecar["livenessProbe"]["httpGet"]["path"],
+                  "ready": sidecar["readinessProbe"]["httpGet"]["path"], "exprs": exprs}))
+"#;
+    let output = Command::new(python)
+        .args(["-c", script])
+        .arg(repo("deploy/kubernetes/sidecar.yaml"))
+        .arg(repo("deploy/grafana-dashboard.json"))
+        .output()
+        .expect("python");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let found: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(
+        found["kinds"],
+        serde_json::json!(["ConfigMap", "Deployment", "Secret"])
+    );
+    assert_eq!(found["args"], serde_json::json!(["run", "--root", "/app"]));
+    assert_eq!(
+        (found["live"].as_str(), found["ready"].as_str()),
+        (Some("/healthz"), Some("/readyz"))
+    );
+
+    // Every metric the dashboard queries is one the connector exports.
+    let metrics = feature_connector::metrics::Metrics::new();
+    let labels = feature_connector::metrics::LaneLabels {
+        pipeline: "p".into(),
+        sink: "online",
+    };
+    metrics.messages_received.get_or_create(&labels).inc();
+    metrics.rows_written.get_or_create(&labels).inc();
+    metrics.messages_acked.get_or_create(&labels).inc();
+    metrics
+        .sink_write_seconds
+        .get_or_create(&labels)
+        .observe(0.1);
+    metrics
+        .freshness_event_time_seconds
+        .get_or_create(&labels)
+        .observe(0.1);
+    metrics
+        .freshness_publish_time_seconds
+        .get_or_create(&labels)
+        .observe(0.1);
+    metrics
+        .dead_lettered
+        .get_or_create(&feature_connector::metrics::DeadLetterLabels {
+            pipeline: "p".into(),
+            reason: "undecodable".into(),
+        })
+        .inc();
+    let exported = metrics.encode();
+    for expr in found["exprs"].as_array().expect("exprs") {
+        let expr = expr.as_str().unwrap_or_default();
+        for name in expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("feature_connector_"))
+        {
+            assert!(
+                exported.contains(name),
+                "dashboard queries {name}, which is not exported"
+            );
+        }
+    }
+}
