@@ -164,10 +164,17 @@ impl Lane {
             }
         }
         let rows = decoded.rows.num_rows() as u64;
-        let publish_times: Vec<u64> = messages.iter().map(|m| m.publish_time_ms).collect();
+        // Freshness is measured where values become readable: the online store only.
+        let online = self.sink.kind() == "online";
+        let publish_times: Vec<u64> = if online {
+            messages.iter().map(|m| m.publish_time_ms).collect()
+        } else {
+            Vec::new()
+        };
         let event_times: Vec<i64> = decoded
             .rows
             .column_by_name(self.decoder.event_time())
+            .filter(|_| online)
             .map(|column| {
                 (0..column.len())
                     .filter_map(|row| event_time_millis(column, row))
@@ -187,7 +194,7 @@ impl Lane {
             .observe(started.elapsed().as_secs_f64());
         match written {
             Ok(durable) => {
-                if self.sink.kind() == "online" {
+                if online {
                     self.observe_freshness(&publish_times, &event_times);
                 }
                 self.metrics

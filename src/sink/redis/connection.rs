@@ -131,13 +131,13 @@ impl RedisConnection {
     pub async fn invoke_all(
         &mut self,
         script: &Script,
-        calls: Vec<(Vec<u8>, Vec<Vec<u8>>)>,
+        calls: &[(Vec<u8>, Vec<Vec<u8>>)],
     ) -> RedisResult<()> {
         match self {
             RedisConnection::Single(connection) => {
                 let mut pipe = redis::pipe();
                 pipe.load_script(script).ignore();
-                for (key, args) in &calls {
+                for (key, args) in calls {
                     let mut invocation = script.key(key.as_slice());
                     for arg in args {
                         invocation.arg(arg.as_slice());

@@ -77,7 +77,7 @@ impl Writer {
         let mut backoff = Backoff::default();
         while !calls.is_empty() {
             let attempt = match self.connection().await {
-                Ok(mut connection) => connection.invoke_all(&self.script, calls.clone()).await,
+                Ok(mut connection) => connection.invoke_all(&self.script, &calls).await,
                 Err(e) => Err(e),
             };
             match attempt {
@@ -157,7 +157,7 @@ impl RedisSink {
         })
     }
 
-    fn calls(&self, writes: &[EntityWrite]) -> Vec<Call> {
+    fn calls(&self, writes: Vec<EntityWrite>) -> Vec<Call> {
         let time_encoding = self
             .layout
             .time_encoding()
@@ -165,7 +165,7 @@ impl RedisSink {
             .as_bytes()
             .to_vec();
         writes
-            .iter()
+            .into_iter()
             .map(|write| {
                 let mut args = Vec::with_capacity(6 + 2 * write.set.len() + write.delete.len());
                 args.push(write.event_time_ms.to_string().into_bytes());
@@ -174,12 +174,12 @@ impl RedisSink {
                 args.push(time_encoding.clone());
                 args.push(self.layout.time_value(write.event_time_ms));
                 args.push(write.set.len().to_string().into_bytes());
-                for (field, value) in &write.set {
-                    args.push(field.clone());
-                    args.push(value.clone());
+                for (field, value) in write.set {
+                    args.push(field);
+                    args.push(value);
                 }
-                args.extend(write.delete.iter().cloned());
-                (write.key.clone(), args)
+                args.extend(write.delete);
+                (write.key, args)
             })
             .collect()
     }
@@ -227,7 +227,7 @@ impl Sink for RedisSink {
             .layout
             .entity_writes(&batch.rows)
             .map_err(|e| SinkError::Fatal(format!("building Redis writes: {e}")))?;
-        let calls = self.calls(&writes);
+        let calls = self.calls(writes);
         let writer = self.writer.clone();
         self.in_flight.push_back(tokio::spawn(
             writer.write_until_done(calls, batch.positions),
