@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;

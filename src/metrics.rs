@@ -1,10 +1,9 @@
-//! Prometheus metrics, labelled per pipeline and sink lane.
-
-use std::sync::atomic::{AtomicUsize, Ordering};
+//! Prometheus metrics, labelled per pipeline and sink lane, and the process's readiness.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -26,11 +25,30 @@ pub struct DeadLetterLabels {
     pub reason: String,
 }
 
+/// Labels of per-pipeline metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PipelineLabels {
+    /// Pipeline name.
+    pub pipeline: String,
+}
+
 /// Every metric the process exports.
 pub struct Metrics {
     registry: Registry,
     /// Messages taken from the subscription.
     pub messages_received: Family<LaneLabels, Counter>,
+    /// Messages that decoded into rows.
+    pub messages_decoded: Family<LaneLabels, Counter>,
+    /// Messages per processing batch.
+    pub batch_messages: Family<LaneLabels, Histogram>,
+    /// Messages received and not acknowledged yet (in a sink's buffer or in flight).
+    pub messages_in_flight: Family<LaneLabels, Gauge>,
+    /// The lane's subscription backlog, from the broker's topic stats.
+    pub subscription_backlog_messages: Family<LaneLabels, Gauge>,
+    /// Parquet files committed to the offline store.
+    pub parquet_files_written: Family<PipelineLabels, Counter>,
+    /// Bytes of those files.
+    pub parquet_bytes_written: Family<PipelineLabels, Counter>,
     /// Rows handed to the sink.
     pub rows_written: Family<LaneLabels, Counter>,
     /// Messages acknowledged after their sink made them durable.
@@ -43,8 +61,8 @@ pub struct Metrics {
     pub freshness_event_time_seconds: Family<LaneLabels, Histogram>,
     /// Broker publish time → value acknowledged by the online store.
     pub freshness_publish_time_seconds: Family<LaneLabels, Histogram>,
-    lanes_running: AtomicUsize,
-    lanes_expected: AtomicUsize,
+    /// Lanes and dependencies `/readyz` reports on.
+    pub health: crate::health::Health,
 }
 
 impl Default for Metrics {
@@ -61,6 +79,45 @@ impl Metrics {
         let rows_written = Family::<LaneLabels, Counter>::default();
         let messages_acked = Family::<LaneLabels, Counter>::default();
         let dead_lettered = Family::<DeadLetterLabels, Counter>::default();
+        let messages_decoded = Family::<LaneLabels, Counter>::default();
+        let messages_in_flight = Family::<LaneLabels, Gauge>::default();
+        let subscription_backlog_messages = Family::<LaneLabels, Gauge>::default();
+        let parquet_files_written = Family::<PipelineLabels, Counter>::default();
+        let parquet_bytes_written = Family::<PipelineLabels, Counter>::default();
+        // 1 … 16384 messages.
+        let batch_messages = Family::<LaneLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(1.0, 2.0, 15))
+        });
+        registry.register(
+            "messages_decoded",
+            "Messages that decoded into rows",
+            messages_decoded.clone(),
+        );
+        registry.register(
+            "batch_messages",
+            "Messages per processing batch",
+            batch_messages.clone(),
+        );
+        registry.register(
+            "messages_in_flight",
+            "Messages received and not acknowledged yet",
+            messages_in_flight.clone(),
+        );
+        registry.register(
+            "subscription_backlog_messages",
+            "Backlog of the lane's subscription, from the broker's topic stats",
+            subscription_backlog_messages.clone(),
+        );
+        registry.register(
+            "parquet_files_written",
+            "Parquet files committed to the offline store",
+            parquet_files_written.clone(),
+        );
+        registry.register(
+            "parquet_bytes_written",
+            "Bytes of the Parquet files committed to the offline store",
+            parquet_bytes_written.clone(),
+        );
         // 0.5 ms … ~65 s.
         let latency = || {
             Family::<LaneLabels, Histogram>::new_with_constructor(|| {
@@ -114,8 +171,13 @@ impl Metrics {
             messages_acked,
             dead_lettered,
             sink_write_seconds,
-            lanes_running: AtomicUsize::new(0),
-            lanes_expected: AtomicUsize::new(usize::MAX),
+            messages_decoded,
+            batch_messages,
+            messages_in_flight,
+            subscription_backlog_messages,
+            parquet_files_written,
+            parquet_bytes_written,
+            health: crate::health::Health::default(),
         }
     }
 
@@ -130,22 +192,22 @@ impl Metrics {
 
     /// How many lanes the runtime is about to start.
     pub fn expect_lanes(&self, count: usize) {
-        self.lanes_expected.store(count, Ordering::SeqCst);
+        self.health.expect_lanes(count);
     }
 
     /// A lane is subscribed and consuming.
     pub fn lane_started(&self) {
-        self.lanes_running.fetch_add(1, Ordering::SeqCst);
+        self.health.lane_started();
     }
 
     /// A lane stopped.
     pub fn lane_stopped(&self) {
-        self.lanes_running.fetch_sub(1, Ordering::SeqCst);
+        self.health.lane_stopped();
     }
 
-    /// Whether every lane is subscribed and running.
+    /// Whether every lane is subscribed and running (dependencies aside).
     pub fn ready(&self) -> bool {
-        self.lanes_running.load(Ordering::SeqCst) >= self.lanes_expected.load(Ordering::SeqCst)
+        self.health.lanes_ready()
     }
 }
 

@@ -48,6 +48,10 @@ pub struct ProduceArgs {
     /// Producer compression: none, lz4, zlib, zstd or snappy.
     #[arg(long, default_value = "none", value_parser = ["none", "lz4", "zlib", "zstd", "snappy"])]
     compression: String,
+    /// Publish to this topic instead of the pipeline's first named one (e.g. one matching its
+    /// `topic_pattern`).
+    #[arg(long)]
+    topic: Option<String>,
 }
 
 fn compression(name: &str) -> Compression {
@@ -67,6 +71,18 @@ pub async fn produce(args: ProduceArgs) -> ExitCode {
         Err(code) => return code,
     };
     let pipeline = &pipeline;
+    let Some(topic) = args
+        .topic
+        .clone()
+        .or_else(|| pipeline.source.primary_topic().map(str::to_string))
+    else {
+        eprintln!(
+            "error: pipeline `{}` names no topic ({}); pass --topic",
+            pipeline.name,
+            pipeline.source.describe_topics()
+        );
+        return ExitCode::from(super::EXIT_CONFIG);
+    };
     let spec = SampleSpec {
         entities: args.entities,
         base_ms: args.base_ms.unwrap_or_else(|| {
@@ -75,12 +91,12 @@ pub async fn produce(args: ProduceArgs) -> ExitCode {
         keys: pipeline.entity_keys.clone(),
         event_time: pipeline.event_time.clone(),
     };
-    match publish(&service.pulsar.url, pipeline, &spec, &args).await {
+    match publish(&service.pulsar.url, pipeline, &topic, &spec, &args).await {
         Ok(seconds) => {
             let rate = args.count as f64 / seconds.max(1e-9);
             println!(
                 "published {} events for {} entities to {} in {seconds:.2} s ({rate:.0} events/s)",
-                args.count, args.entities, pipeline.source.topic.value
+                args.count, args.entities, topic
             );
             ExitCode::SUCCESS
         }
@@ -94,6 +110,7 @@ pub async fn produce(args: ProduceArgs) -> ExitCode {
 async fn publish(
     url: &str,
     pipeline: &crate::config::PipelineConfig,
+    topic: &str,
     spec: &SampleSpec,
     args: &ProduceArgs,
 ) -> Result<f64, String> {
@@ -111,7 +128,7 @@ async fn publish(
     };
     let mut producer = pulsar
         .producer()
-        .with_topic(&pipeline.source.topic.value)
+        .with_topic(topic)
         .with_options(ProducerOptions {
             schema: Some(ProtoSchema {
                 name: pipeline.name.clone(),
@@ -127,12 +144,7 @@ async fn publish(
         })
         .build()
         .await
-        .map_err(|e| {
-            format!(
-                "cannot create producer on {}: {e}",
-                pipeline.source.topic.value
-            )
-        })?;
+        .map_err(|e| format!("cannot create producer on {topic}: {e}"))?;
     let started = Instant::now();
     let mut receipts = Vec::with_capacity(1024);
     let key_field = pipeline.entity_keys.first().cloned().unwrap_or_default();

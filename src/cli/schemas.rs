@@ -6,7 +6,8 @@ use clap::{Args, Subcommand};
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::PipelineConfig;
-use crate::schema::{Compatibility, ReaderSchema, SchemaRegistry};
+use crate::schema::{schema_topic, Compatibility, ReaderSchema, SchemaRegistry};
+use crate::source::pulsar::{resolve_partitions, PulsarSource};
 
 /// Options of `schemas`.
 #[derive(Debug, Args)]
@@ -75,11 +76,21 @@ pub async fn schemas(args: SchemasArgs) -> ExitCode {
     let mut registry = SchemaRegistry::new(http, &service.pulsar.admin_url);
     let mut failed = false;
     for pipeline in selected {
-        let ok = match &args.action {
-            Action::Check { .. } => check(&mut registry, pipeline).await,
-            Action::Push { .. } => push(&registry, pipeline).await,
+        let topics = match schema_topics(&service.pulsar.url, pipeline).await {
+            Ok(topics) => topics,
+            Err(e) => {
+                eprintln!("{}: error: {e}", pipeline.name);
+                failed = true;
+                continue;
+            }
         };
-        failed |= !ok;
+        for topic in &topics {
+            let ok = match &args.action {
+                Action::Check { .. } => check(&mut registry, pipeline, topic).await,
+                Action::Push { .. } => push(&registry, pipeline, topic).await,
+            };
+            failed |= !ok;
+        }
     }
     if failed {
         ExitCode::FAILURE
@@ -88,8 +99,34 @@ pub async fn schemas(args: SchemasArgs) -> ExitCode {
     }
 }
 
-async fn check(registry: &mut SchemaRegistry, pipeline: &PipelineConfig) -> bool {
-    let topic = &pipeline.source.topic.value;
+/// The topics whose registries a pipeline reads: the named ones, and for a pattern those
+/// matching it now (partitions share their topic's schema).
+async fn schema_topics(url: &str, pipeline: &PipelineConfig) -> Result<Vec<String>, String> {
+    let mut topics = pipeline.source.named_topics();
+    if pipeline.source.topic_pattern.is_some() {
+        let pulsar = PulsarSource::connect(url)
+            .await
+            .map_err(|e| e.to_string())?;
+        let matched = resolve_partitions(&pulsar, &pipeline.source)
+            .await
+            .map_err(|e| format!("cannot list the topics: {e}"))?;
+        topics = matched
+            .iter()
+            .map(|t| schema_topic(t).to_string())
+            .collect();
+        topics.dedup();
+        if topics.is_empty() {
+            println!(
+                "{}: no topic matches {} yet",
+                pipeline.name,
+                pipeline.source.describe_topics()
+            );
+        }
+    }
+    Ok(topics)
+}
+
+async fn check(registry: &mut SchemaRegistry, pipeline: &PipelineConfig, topic: &str) -> bool {
     let versions = match registry.all_versions(topic).await {
         Ok(versions) => versions,
         Err(e) => {
@@ -145,8 +182,7 @@ async fn check(registry: &mut SchemaRegistry, pipeline: &PipelineConfig) -> bool
     all_ok
 }
 
-async fn push(registry: &SchemaRegistry, pipeline: &PipelineConfig) -> bool {
-    let topic = &pipeline.source.topic.value;
+async fn push(registry: &SchemaRegistry, pipeline: &PipelineConfig, topic: &str) -> bool {
     match registry
         .push(
             topic,

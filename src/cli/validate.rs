@@ -13,7 +13,7 @@ pub fn validate(args: &ConfigArgs) -> ExitCode {
                     "ok: {} ({}): topic {}, {} feature(s), online {}, offline {}",
                     pipeline.name,
                     pipeline.file.display(),
-                    pipeline.source.topic.value,
+                    pipeline.source.describe_topics(),
                     pipeline.features.len(),
                     if pipeline.online.is_some() {
                         "on"

@@ -111,7 +111,7 @@ impl PipelineConfig {
     /// What a payload decoder for this pipeline needs.
     pub fn decoder_spec(&self) -> DecoderSpec {
         DecoderSpec {
-            topic: self.source.topic.value.clone(),
+            topic: self.source.primary_topic().unwrap_or_default().to_string(),
             reader: self.schema.clone(),
             format: self.format,
             compatibility: self.compatibility,

@@ -1,4 +1,5 @@
-//! The HTTP endpoint: `/healthz` (alive), `/readyz` (every lane subscribed), `/metrics`.
+//! The HTTP endpoint: `/healthz` (alive), `/readyz` (lanes subscribed, stores answering),
+//! `/metrics`.
 
 use std::sync::Arc;
 
@@ -66,11 +67,16 @@ pub async fn serve(
     }))
 }
 
+/// 200 `ready` or 503 with one line per problem (a lane not subscribed, a store down).
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.metrics.ready() {
-        (StatusCode::OK, "ready\n")
+    let problems = state.metrics.health.problems().await;
+    if problems.is_empty() {
+        (StatusCode::OK, "ready\n".to_string())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready\n{}\n", problems.join("\n")),
+        )
     }
 }
 

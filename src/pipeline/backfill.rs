@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use super::RuntimeError;
 use crate::config::{PipelineConfig, ServiceConfig};
 use crate::record::RowBatch;
-use crate::schema::{PayloadDecoder, SchemaRegistry};
+use crate::schema::{PayloadDecoder, SchemaRegistry, TopicDecoders};
 use crate::sink::parquet::{open_store, ParquetSink};
 use crate::sink::Sink;
-use crate::source::pulsar::{MessagePosition, PulsarSource};
+use crate::source::pulsar::{resolve_partitions, MessagePosition, PulsarSource};
 use crate::source::SourceMessage;
 
 /// What to read.
@@ -66,11 +66,12 @@ pub async fn backfill(
         .ok_or_else(|| setup("the pipeline has no offline sink".into()))?;
     let http = reqwest::Client::new();
     let spec = pipeline.decoder_spec();
-    let mut decoder = PayloadDecoder::new(
+    let template = PayloadDecoder::new(
         spec,
         SchemaRegistry::new(http.clone(), &service.pulsar.admin_url),
     )
     .map_err(|e| setup(format!("reader schema: {e}")))?;
+    let mut decoder = TopicDecoders::new(template, Vec::new());
     let url = range
         .offline_url
         .clone()
@@ -91,31 +92,68 @@ pub async fn backfill(
     sink.recover().await.map_err(|e| setup(e.to_string()))?;
 
     let pulsar = PulsarSource::connect(&service.pulsar.url).await?;
-    let mut reader = open_reader(&pulsar, &pipeline.source.topic.value)
+    let partitions = resolve_partitions(&pulsar, &pipeline.source)
         .await
-        .map_err(|e| setup(format!("cannot open a reader: {e}")))?;
+        .map_err(|e| setup(format!("cannot list the topics: {e}")))?;
+    let mut estimate = None;
+    for partition in &partitions {
+        let count = topic_message_count(&http, &service.pulsar.admin_url, partition).await;
+        estimate = Some(estimate.unwrap_or(0) + count.unwrap_or(0));
+    }
+    let estimate = estimate.filter(|n| *n > 0);
+    let mut summary = BackfillSummary::default();
+    let mut batches = BatchTarget {
+        decoder: &mut decoder,
+        sink: &mut sink,
+        max_batch: pipeline.source.max_batch_messages.max(1),
+    };
+    for partition in &partitions {
+        read_partition(&pulsar, partition, range, &mut batches, &mut summary, |n| {
+            progress(n, estimate)
+        })
+        .await
+        .map_err(|e| setup(format!("{partition}: {e}")))?;
+    }
+    sink.flush().await.map_err(|e| setup(e.to_string()))?;
+    let after = sink.recover().await.map_err(|e| setup(e.to_string()))?;
+    (summary.files, summary.bytes) = (after.files, after.bytes);
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Where a backfill's batches go.
+struct BatchTarget<'a> {
+    decoder: &'a mut TopicDecoders,
+    sink: &'a mut ParquetSink,
+    max_batch: usize,
+}
+
+/// Reads one topic partition from its start up to its last message at the time of the call.
+async fn read_partition(
+    pulsar: &Pulsar<TokioExecutor>,
+    partition: &str,
+    range: &BackfillRange,
+    target: &mut BatchTarget<'_>,
+    summary: &mut BackfillSummary,
+    progress: impl Fn(u64),
+) -> Result<(), String> {
+    let mut reader = open_reader(pulsar, partition)
+        .await
+        .map_err(|e| format!("cannot open a reader: {e}"))?;
     let last = reader
         .get_last_message_id()
         .await
-        .map_err(|e| setup(format!("cannot read the last message id: {e}")))?;
-    let estimate = topic_message_count(
-        &http,
-        &service.pulsar.admin_url,
-        &pipeline.source.topic.value,
-    )
-    .await;
-    let mut summary = BackfillSummary::default();
+        .map_err(|e| format!("cannot read the last message id: {e}"))?;
     // An empty topic answers with entry -1 (as u64::MAX).
     let mut done = last.entry_id == u64::MAX || last.ledger_id == u64::MAX;
-    let max_batch = pipeline.source.max_batch_messages.max(1);
     while !done {
-        let mut messages: Vec<SourceMessage> = Vec::with_capacity(max_batch);
-        while messages.len() < max_batch && !done {
+        let mut messages: Vec<SourceMessage> = Vec::with_capacity(target.max_batch);
+        while messages.len() < target.max_batch && !done {
             let Some(next) = reader.next().await else {
                 done = true;
                 break;
             };
-            let message = next.map_err(|e| setup(format!("reading the topic: {e}")))?;
+            let message = next.map_err(|e| format!("reading the topic: {e}"))?;
             let id = message.message_id.id.clone();
             let position = MessagePosition {
                 topic: message.topic.clone(),
@@ -137,27 +175,26 @@ pub async fn backfill(
             done |= at_end;
         }
         if !messages.is_empty() {
-            let decoded = decoder
+            let decoded = target
+                .decoder
                 .decode(&messages)
                 .await
-                .map_err(|e| setup(e.to_string()))?;
+                .map_err(|e| e.to_string())?;
             summary.undecodable += decoded.failures.len() as u64;
             summary.rows += decoded.rows.num_rows() as u64;
-            sink.write(RowBatch {
-                rows: decoded.rows,
-                positions: messages.into_iter().map(|m| m.position).collect(),
-                row_positions: decoded.row_messages,
-            })
-            .await
-            .map_err(|e| setup(e.to_string()))?;
+            target
+                .sink
+                .write(RowBatch {
+                    rows: decoded.rows,
+                    positions: messages.into_iter().map(|m| m.position).collect(),
+                    row_positions: decoded.row_messages,
+                })
+                .await
+                .map_err(|e| e.to_string())?;
         }
-        progress(summary.messages, estimate);
+        progress(summary.messages);
     }
-    sink.flush().await.map_err(|e| setup(e.to_string()))?;
-    let after = sink.recover().await.map_err(|e| setup(e.to_string()))?;
-    (summary.files, summary.bytes) = (after.files, after.bytes);
-    summary.seconds = started.elapsed().as_secs_f64();
-    Ok(summary)
+    Ok(())
 }
 
 async fn open_reader(

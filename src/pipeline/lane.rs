@@ -12,7 +12,7 @@ use super::dead_letter::DeadLetter;
 use crate::metrics::{DeadLetterLabels, LaneLabels, Metrics};
 use crate::record::{event_time_millis, RowBatch};
 use crate::retry::Backoff;
-use crate::schema::PayloadDecoder;
+use crate::schema::TopicDecoders;
 use crate::sink::{Sink, SinkError};
 use crate::source::{MessagePosition, Source, SourceError};
 
@@ -51,8 +51,8 @@ pub struct Lane {
     pub pipeline: String,
     /// Where messages come from.
     pub source: Box<dyn Source>,
-    /// Payload decoder.
-    pub decoder: PayloadDecoder,
+    /// Payload decoders, one per topic.
+    pub decoder: TopicDecoders,
     /// Where rows go.
     pub sink: Box<dyn Sink>,
     /// Publisher for undecodable messages; `None` when another lane of the pipeline owns it.
@@ -72,9 +72,17 @@ impl Lane {
     pub async fn run(mut self) -> Result<(), LaneError> {
         let span = tracing::info_span!("lane", pipeline = %self.pipeline, sink = self.sink.kind());
         async move {
-            tracing::info!("lane started");
-            self.metrics.lane_started();
-            let result = self.consume().await;
+            let result = match self.sink.start().await {
+                Ok(()) => {
+                    tracing::info!("lane started");
+                    self.metrics.lane_started();
+                    let result = self.consume().await;
+                    self.metrics.lane_stopped();
+                    result
+                }
+                Err(SinkError::Cancelled(_)) => Ok(()),
+                Err(source) => Err(self.sink_error(source)),
+            };
             let flushed = match self.sink.flush().await {
                 Ok(durable) => self.ack(&durable).await,
                 Err(SinkError::Cancelled(why)) => {
@@ -84,7 +92,6 @@ impl Lane {
                 Err(source) => Err(self.sink_error(source)),
             };
             self.source.close().await;
-            self.metrics.lane_stopped();
             tracing::info!("lane stopped");
             result.and(flushed)
         }
@@ -102,10 +109,25 @@ impl Lane {
                 }
             };
             if !messages.is_empty() {
+                if tracing::enabled!(tracing::Level::TRACE) {
+                    for message in &messages {
+                        tracing::trace!(key = message.key.as_deref().unwrap_or(""), message_id = %message.position.display_id(), "message received");
+                    }
+                }
+                let labels = self.labels();
+                let count = messages.len() as u64;
                 self.metrics
                     .messages_received
-                    .get_or_create(&self.labels())
-                    .inc_by(messages.len() as u64);
+                    .get_or_create(&labels)
+                    .inc_by(count);
+                self.metrics
+                    .batch_messages
+                    .get_or_create(&labels)
+                    .observe(count as f64);
+                self.metrics
+                    .messages_in_flight
+                    .get_or_create(&labels)
+                    .inc_by(i64::try_from(count).unwrap_or(i64::MAX));
                 let batch_span = tracing::debug_span!("batch", messages = messages.len());
                 let Some(durable) = self.process(messages).instrument(batch_span).await? else {
                     return Ok(());
@@ -164,6 +186,10 @@ impl Lane {
             }
         }
         let rows = decoded.rows.num_rows() as u64;
+        self.metrics
+            .messages_decoded
+            .get_or_create(&self.labels())
+            .inc_by((messages.len() - decoded.failures.len()) as u64);
         // Freshness is measured where values become readable: the online store only.
         let online = self.sink.kind() == "online";
         let publish_times: Vec<u64> = if online {
@@ -216,10 +242,15 @@ impl Lane {
             .ack(durable)
             .await
             .map_err(|source| self.source_error(source))?;
+        let labels = self.labels();
         self.metrics
             .messages_acked
-            .get_or_create(&self.labels())
+            .get_or_create(&labels)
             .inc_by(durable.len() as u64);
+        self.metrics
+            .messages_in_flight
+            .get_or_create(&labels)
+            .dec_by(i64::try_from(durable.len()).unwrap_or(i64::MAX));
         Ok(())
     }
 

@@ -5,6 +5,7 @@
 //! and one sink being down never stalls the other (see README, "Acknowledgements").
 
 mod backfill;
+mod backlog;
 mod dead_letter;
 mod lane;
 
@@ -16,14 +17,16 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use backfill::{backfill, BackfillRange, BackfillSummary};
+pub use backlog::{watch_backlogs, WatchedSubscription};
 pub use dead_letter::DeadLetter;
 pub use lane::{Lane, LaneError};
 
 use crate::config::{PipelineConfig, ServiceConfig};
+use crate::health::{ObjectStoreProbe, RedisProbe};
 use crate::metrics::Metrics;
-use crate::schema::{PayloadDecoder, SchemaRegistry};
+use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
 use crate::sink::parquet::{open_store, ParquetSink};
-use crate::sink::redis::RedisSink;
+use crate::sink::redis::{RedisClient, RedisSink};
 use crate::sink::Sink;
 use crate::source::pulsar::{PulsarSource, SubscriptionKind};
 use crate::source::{AckMode, SourceError};
@@ -76,12 +79,28 @@ pub async fn run(
             pipeline: "*".into(),
             message: format!("HTTP client: {e}"),
         })?;
+    if pipelines.iter().any(|p| p.online.is_some()) {
+        let client = RedisClient::open(&service.redis).map_err(|message| RuntimeError::Setup {
+            pipeline: "*".into(),
+            message,
+        })?;
+        metrics.health.add_probe(Arc::new(RedisProbe { client }));
+    }
     let mut lanes = Vec::new();
     for pipeline in pipelines {
         lanes
             .extend(build_lanes(service, pipeline, root, &pulsar, &http, &metrics, &cancel).await?);
     }
     metrics.expect_lanes(lanes.len());
+    let watched = pipelines.iter().flat_map(watched_subscriptions).collect();
+    let backlogs = tokio::spawn(watch_backlogs(
+        pulsar.clone(),
+        http.clone(),
+        service.pulsar.admin_url.clone(),
+        watched,
+        metrics.clone(),
+        cancel.clone(),
+    ));
     let mut tasks = JoinSet::new();
     for lane in lanes {
         tasks.spawn(lane.run());
@@ -101,7 +120,26 @@ pub async fn run(
             first_error.get_or_insert(e);
         }
     }
+    backlogs.abort();
     first_error.map_or(Ok(()), Err)
+}
+
+/// The subscriptions of a pipeline's lanes, for the backlog gauge.
+fn watched_subscriptions(pipeline: &PipelineConfig) -> Vec<WatchedSubscription> {
+    let lanes = [
+        ("online", pipeline.online.is_some()),
+        ("offline", pipeline.offline.is_some()),
+    ];
+    lanes
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(sink, _)| WatchedSubscription {
+            pipeline: pipeline.name.clone(),
+            sink,
+            source: pipeline.source.clone(),
+            subscription: format!("{}-{sink}", pipeline.source.subscription.value),
+        })
+        .collect()
 }
 
 async fn build_lanes(
@@ -121,11 +159,17 @@ async fn build_lanes(
     let source = &pipeline.source;
     let spec = pipeline.decoder_spec();
     let registry = SchemaRegistry::new(http.clone(), &service.pulsar.admin_url);
-    let mut template =
+    let template =
         PayloadDecoder::new(spec, registry).map_err(|e| setup(format!("reader schema: {e}")))?;
-    refuse_incompatible_topic(&mut template)
-        .await
-        .map_err(setup)?;
+    let mut checked = Vec::new();
+    for topic in source.named_topics() {
+        let mut decoder = template.for_topic(schema_topic(&topic));
+        refuse_incompatible_topic(&mut decoder)
+            .await
+            .map_err(|e| setup(format!("{topic}: {e}")))?;
+        checked.push(decoder);
+    }
+    let template = TopicDecoders::new(template, checked);
     let mut lanes = Vec::new();
     let mut dead_letter_owner_taken = false;
     let lane = |sink: Box<dyn Sink>,
@@ -180,6 +224,7 @@ async fn build_lanes(
             .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
         let (store, prefix) =
             open_store(url, root, &service.offline.options).map_err(|e| setup(e.to_string()))?;
+        let (store_for_probe, prefix_for_probe) = (store.clone(), prefix.clone());
         let schema = template.output_schema();
         let mut sink = ParquetSink::new(
             store,
@@ -191,14 +236,12 @@ async fn build_lanes(
             cancel.clone(),
         );
         sink.set_schema_fingerprint(pipeline.schema.fingerprint());
-        let recovered = sink.recover().await.map_err(|e| setup(e.to_string()))?;
-        tracing::info!(
-            pipeline = %pipeline.name,
-            files = recovered.files,
-            removed = recovered.removed,
-            committed = ?recovered.committed,
-            "offline store recovered"
-        );
+        sink.set_metrics(metrics.clone());
+        metrics.health.add_probe(Arc::new(ObjectStoreProbe {
+            pipeline: pipeline.name.clone(),
+            store: store_for_probe,
+            prefix: prefix_for_probe,
+        }));
         // Cumulative acknowledgement needs a single active consumer per topic partition.
         let kind = match source.subscription_type {
             SubscriptionKind::Exclusive => SubscriptionKind::Exclusive,

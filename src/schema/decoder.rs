@@ -106,6 +106,24 @@ impl PayloadDecoder {
         })
     }
 
+    /// The same decoder for another topic: its writer versions are fetched and checked anew.
+    pub fn for_topic(&self, topic: &str) -> Self {
+        let mut spec = self.spec.clone();
+        spec.topic = topic.to_string();
+        Self {
+            spec,
+            registry: self.registry.clone(),
+            full_schema: self.full_schema.clone(),
+            output_schema: self.output_schema.clone(),
+            writers: HashMap::new(),
+        }
+    }
+
+    /// The topic whose registered schemas this decoder reads.
+    pub fn topic(&self) -> &str {
+        &self.spec.topic
+    }
+
     /// The Arrow schema of [`Decoded::rows`].
     pub fn output_schema(&self) -> SchemaRef {
         self.output_schema.clone()

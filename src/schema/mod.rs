@@ -7,12 +7,14 @@ mod decoder;
 mod reader_schema;
 mod registry;
 mod row_decoders;
+mod topics;
 
 pub use compatibility::{read_problems, type_name, Compatibility};
 pub use decoder::{DecodeError, DecodeFailure, Decoded, DecoderSpec, PayloadDecoder};
 pub use reader_schema::{ReaderSchema, SchemaError};
 pub use registry::{decode_schema_version, RegistryError, SchemaRegistry, WriterSchema};
 pub use row_decoders::PayloadFormat;
+pub use topics::{schema_topic, TopicDecoders};
 
 /// Column names and Arrow types of the rows decoded with `reader`.
 pub fn arrow_schema_of_reader(

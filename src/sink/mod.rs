@@ -31,6 +31,12 @@ pub trait Sink: Send {
     /// Short name for logs and metrics (`online`, `offline`).
     fn kind(&self) -> &'static str;
 
+    /// Gets ready before the first batch (e.g. reads what earlier runs committed), retrying
+    /// while its service is down so that one pipeline's store does not stop the process.
+    async fn start(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
     /// Takes a batch; returns the positions that are durable now (possibly from earlier
     /// batches, possibly none while a file is still open).
     async fn write(&mut self, batch: RowBatch) -> Result<Vec<MessagePosition>, SinkError>;

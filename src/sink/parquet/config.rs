@@ -71,6 +71,16 @@ pub struct OfflineSinkConfig {
     /// `hour` (`dt=…/hr=…`) or `day` (`dt=…`).
     #[serde(default)]
     pub partition_granularity: Granularity,
+    /// The committed files are read again before a write that brings the first messages of
+    /// a topic partition, or the first after this long without rows: a Failover standby
+    /// that takes over then skips what the failed replica committed but did not get to
+    /// acknowledge. `0s` turns these re-reads off.
+    #[serde(default = "default_recheck_after_idle", with = "humantime_serde")]
+    pub recheck_after_idle: Duration,
+}
+
+fn default_recheck_after_idle() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_true() -> bool {

@@ -1,6 +1,6 @@
 //! Buffers rows and commits them as Parquet files; acknowledges only committed rows.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::partition::split;
 use super::recovery::{message_key, MessageKey, Recovered};
 use super::{Compression, OfflineSinkConfig};
+use crate::metrics::{Metrics, PipelineLabels};
 use crate::record::RowBatch;
 use crate::retry::Backoff;
 use crate::sink::{Sink, SinkError};
@@ -63,6 +64,11 @@ pub struct ParquetSink {
     buffered_arrow_bytes: usize,
     /// Encoded bytes per in-memory Arrow byte, learned from the last commit.
     encoded_per_arrow_byte: f64,
+    /// When rows last arrived (or recovery ran).
+    last_rows_at: Instant,
+    /// Topic partitions this sink has had messages from since it started.
+    seen_partitions: HashSet<String>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl ParquetSink {
@@ -99,6 +105,43 @@ impl ParquetSink {
             first_row: None,
             buffered_arrow_bytes: 0,
             encoded_per_arrow_byte: 0.25,
+            last_rows_at: Instant::now(),
+            seen_partitions: HashSet::new(),
+            metrics: None,
+        }
+    }
+
+    /// Counts committed files and bytes in `metrics`.
+    pub fn set_metrics(&mut self, metrics: Arc<Metrics>) {
+        self.metrics = Some(metrics);
+    }
+
+    /// Recovery, retried with backoff while the store does not answer.
+    async fn recover_until_done(&mut self) -> Result<(), SinkError> {
+        let mut backoff = Backoff::default();
+        loop {
+            match self.recover().await {
+                Ok(recovered) => {
+                    tracing::info!(
+                        files = recovered.files,
+                        removed = recovered.removed,
+                        committed = ?recovered.committed,
+                        "offline store recovered"
+                    );
+                    self.last_rows_at = Instant::now();
+                    return Ok(());
+                }
+                Err(e) => {
+                    let wait = backoff.next_delay();
+                    tracing::warn!(error = %e, retry_in = ?wait, "cannot read the offline store's committed files; retrying");
+                    tokio::select! {
+                        () = self.cancel.cancelled() => {
+                            return Err(SinkError::Cancelled("the object store was unreachable".into()));
+                        }
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
         }
     }
 
@@ -271,6 +314,16 @@ impl ParquetSink {
             let size = payload.content_length();
             self.put_until_done(&path, payload).await?;
             tracing::info!(%path, rows, bytes = size, first = %first_id, last = %last_id, "Parquet file committed");
+            if let Some(metrics) = &self.metrics {
+                let labels = PipelineLabels {
+                    pipeline: self.pipeline.clone(),
+                };
+                metrics.parquet_files_written.get_or_create(&labels).inc();
+                metrics
+                    .parquet_bytes_written
+                    .get_or_create(&labels)
+                    .inc_by(size as u64);
+            }
         }
         if self.buffered_arrow_bytes > 0 && encoded_total > 0 {
             self.encoded_per_arrow_byte = encoded_total as f64 / self.buffered_arrow_bytes as f64;
@@ -356,10 +409,31 @@ impl Sink for ParquetSink {
         "offline"
     }
 
+    async fn start(&mut self) -> Result<(), SinkError> {
+        self.recover_until_done().await
+    }
+
     async fn write(&mut self, batch: RowBatch) -> Result<Vec<MessagePosition>, SinkError> {
         if batch.positions.is_empty() {
             return Ok(Vec::new());
         }
+        let recheck = self.config.recheck_after_idle;
+        let new_partition = batch
+            .positions
+            .iter()
+            .any(|p| !self.seen_partitions.contains(&p.topic));
+        let idle = self.positions.is_empty() && self.last_rows_at.elapsed() >= recheck;
+        if !recheck.is_zero() && (new_partition || idle) {
+            // A partition this replica takes over (Failover) or comes back to after a pause
+            // may hold files another replica committed but did not get to acknowledge.
+            self.recover_until_done().await?;
+        }
+        for position in &batch.positions {
+            if !self.seen_partitions.contains(&position.topic) {
+                self.seen_partitions.insert(position.topic.clone());
+            }
+        }
+        self.last_rows_at = Instant::now();
         self.opened_at.get_or_insert_with(Instant::now);
         let (rows, first_kept) = self.drop_committed(&batch)?;
         self.buffered_rows += rows.num_rows();

@@ -50,8 +50,19 @@ pub enum StartPosition {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PulsarSourceConfig {
-    /// Full topic name, `persistent://tenant/namespace/topic`.
-    pub topic: Spanned<String>,
+    /// One topic (partitioned or not), `persistent://tenant/namespace/topic`.
+    #[serde(default)]
+    pub topic: Option<Spanned<String>>,
+    /// Several topics, consumed by one subscription each lane.
+    #[serde(default)]
+    pub topics: Vec<Spanned<String>>,
+    /// Every topic of one namespace whose full name matches this regular expression,
+    /// e.g. `persistent://public/default/features-.*`; new topics are found while running.
+    #[serde(default)]
+    pub topic_pattern: Option<Spanned<String>>,
+    /// How often the namespace is listed for new topics matching `topic_pattern`.
+    #[serde(default = "default_pattern_refresh", with = "humantime_serde")]
+    pub pattern_refresh: Duration,
     /// Subscription name prefix: the online sink subscribes as `<subscription>-online`,
     /// the offline sink as `<subscription>-offline`.
     pub subscription: Spanned<String>,
@@ -77,6 +88,9 @@ pub struct PulsarSourceConfig {
     pub dead_letter_topic: Option<String>,
 }
 
+fn default_pattern_refresh() -> Duration {
+    Duration::from_secs(30)
+}
 fn default_receiver_queue() -> u32 {
     1000
 }
@@ -91,16 +105,36 @@ impl PulsarSourceConfig {
     /// Problems a YAML parser cannot see.
     pub fn check(&self, file: &Path) -> Vec<ConfigIssue> {
         let mut issues = Vec::new();
-        if !is_full_topic_name(&self.topic.value) {
-            issues.push(issue_at(
-                file,
-                &self.topic,
-                "source.topic",
-                format!(
-                    "`{}` is not a full topic name; write persistent://tenant/namespace/topic",
-                    self.topic.value
-                ),
-            ));
+        let named = [
+            self.topic.is_some(),
+            !self.topics.is_empty(),
+            self.topic_pattern.is_some(),
+        ];
+        if named.iter().filter(|&&set| set).count() != 1 {
+            issues.push(ConfigIssue {
+                file: file.to_path_buf(),
+                line: None,
+                key: Some("source.topic".into()),
+                message: "name exactly one of `topic`, `topics` or `topic_pattern`".into(),
+            });
+        }
+        let explicit = self.topic.iter().map(|t| ("source.topic", t));
+        let listed = self.topics.iter().map(|t| ("source.topics", t));
+        for (key, topic) in explicit.chain(listed) {
+            if !is_full_topic_name(&topic.value) {
+                issues.push(issue_at(
+                    file,
+                    topic,
+                    key,
+                    format!(
+                        "`{}` is not a full topic name; write persistent://tenant/namespace/topic",
+                        topic.value
+                    ),
+                ));
+            }
+        }
+        if let Some(pattern) = &self.topic_pattern {
+            issues.extend(self.check_pattern(file, pattern));
         }
         if self.subscription.value.trim().is_empty() {
             issues.push(issue_at(
@@ -121,11 +155,91 @@ impl PulsarSourceConfig {
         issues
     }
 
-    /// The dead-letter topic for this source.
+    fn check_pattern(&self, file: &Path, pattern: &Spanned<String>) -> Vec<ConfigIssue> {
+        let mut issues = Vec::new();
+        let at = |message: String| issue_at(file, pattern, "source.topic_pattern", message);
+        let regex = match self.pattern_regex() {
+            Some(Ok(regex)) => regex,
+            Some(Err(e)) => return vec![at(format!("not a regular expression: {e}"))],
+            None => return issues,
+        };
+        if self.pattern_namespace().is_none() {
+            issues.push(at(format!(
+                "`{}` must start with a literal persistent://tenant/namespace/ (the namespace \
+                 whose topics are matched)",
+                pattern.value
+            )));
+        }
+        let dead_letter = self.dead_letter_topic();
+        if regex.is_match(&dead_letter) {
+            issues.push(at(format!(
+                "the dead-letter topic `{dead_letter}` matches the pattern, so the pipeline \
+                 would read its own rejects; set source.dead_letter_topic outside it"
+            )));
+        }
+        issues
+    }
+
+    /// The pattern as matched against the namespace's topics: anchored at both ends (the
+    /// whole name must match, as in Pulsar's Java client), a partition suffix allowed.
+    pub fn pattern_regex(&self) -> Option<Result<regex::Regex, regex::Error>> {
+        let pattern = &self.topic_pattern.as_ref()?.value;
+        Some(regex::Regex::new(&format!(
+            "^(?:{pattern})(?:-partition-[0-9]+)?$"
+        )))
+    }
+
+    /// The topics named explicitly (`topic` or `topics`), without any pattern.
+    pub fn named_topics(&self) -> Vec<String> {
+        self.topic
+            .iter()
+            .chain(&self.topics)
+            .map(|t| t.value.clone())
+            .collect()
+    }
+
+    /// The topic one-topic commands (`produce`, dead-letter naming) use: the first named one.
+    pub fn primary_topic(&self) -> Option<&str> {
+        self.topic
+            .iter()
+            .chain(&self.topics)
+            .map(|t| t.value.as_str())
+            .next()
+    }
+
+    /// `tenant/namespace` a topic pattern is matched in.
+    pub fn pattern_namespace(&self) -> Option<String> {
+        let pattern = &self.topic_pattern.as_ref()?.value;
+        let rest = pattern.strip_prefix("persistent://")?;
+        let mut parts = rest.splitn(3, '/');
+        let (tenant, namespace) = (parts.next()?, parts.next()?);
+        parts.next()?;
+        let literal =
+            |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || "-_".contains(c));
+        (literal(tenant) && literal(namespace)).then(|| format!("{tenant}/{namespace}"))
+    }
+
+    /// The dead-letter topic for this source: configured, else beside the first named topic,
+    /// else `<subscription>-DLQ` in the pattern's namespace.
     pub fn dead_letter_topic(&self) -> String {
-        self.dead_letter_topic
-            .clone()
-            .unwrap_or_else(|| format!("{}-{}-DLQ", self.topic.value, self.subscription.value))
+        if let Some(topic) = &self.dead_letter_topic {
+            return topic.clone();
+        }
+        match (self.primary_topic(), self.pattern_namespace()) {
+            (Some(topic), _) => format!("{topic}-{}-DLQ", self.subscription.value),
+            (None, Some(namespace)) => {
+                format!("persistent://{namespace}/{}-DLQ", self.subscription.value)
+            }
+            (None, None) => format!("{}-DLQ", self.subscription.value),
+        }
+    }
+
+    /// A label for logs and errors: the topics, or the pattern.
+    pub fn describe_topics(&self) -> String {
+        match &self.topic_pattern {
+            Some(pattern) => format!("pattern {}", pattern.value),
+            None => self.named_topics().join(","),
+        }
     }
 }
 

@@ -82,10 +82,43 @@ impl MessagePosition {
     }
 }
 
+/// The topic partitions a source consumes right now: each named topic's partitions (the
+/// topic itself when not partitioned), then the namespace's topics matching the pattern.
+pub async fn resolve_partitions(
+    pulsar: &Pulsar<TokioExecutor>,
+    config: &PulsarSourceConfig,
+) -> Result<Vec<String>, pulsar::Error> {
+    let mut partitions = Vec::new();
+    for topic in config.named_topics() {
+        let found = pulsar.lookup_partitioned_topic(topic).await?;
+        partitions.extend(found.into_iter().map(|(name, _)| name));
+    }
+    if let (Some(Ok(regex)), Some(namespace)) = (config.pattern_regex(), config.pattern_namespace())
+    {
+        let mut matched: Vec<String> = pulsar
+            .get_topics_of_namespace(
+                namespace,
+                pulsar::message::proto::command_get_topics_of_namespace::Mode::Persistent,
+            )
+            .await?
+            .into_iter()
+            .filter(|topic| regex.is_match(topic))
+            .collect();
+        matched.sort();
+        partitions.extend(matched);
+    }
+    partitions.dedup();
+    Ok(partitions)
+}
+
 /// A subscription of one lane to one topic.
 pub struct PulsarSource {
     pulsar: Pulsar<TokioExecutor>,
+    /// Topics or pattern, for logs and errors.
     topic: String,
+    topics: Vec<String>,
+    pattern: Option<(regex::Regex, String)>,
+    pattern_refresh: Duration,
     subscription: String,
     sub_type: SubType,
     initial_position: InitialPosition,
@@ -103,9 +136,23 @@ impl PulsarSource {
         sub_type: SubscriptionKind,
         ack_mode: AckMode,
     ) -> Result<Self, SourceError> {
+        let pattern = match (config.pattern_regex(), config.pattern_namespace()) {
+            (Some(Ok(regex)), Some(namespace)) => Some((regex, namespace)),
+            (Some(Err(e)), _) => {
+                return Err(SourceError::Subscribe {
+                    topic: config.describe_topics(),
+                    subscription,
+                    source: pulsar::Error::Custom(format!("topic pattern: {e}")),
+                })
+            }
+            _ => None,
+        };
         let mut source = Self {
             pulsar,
-            topic: config.topic.value.clone(),
+            topic: config.describe_topics(),
+            topics: config.named_topics(),
+            pattern,
+            pattern_refresh: config.pattern_refresh,
             subscription,
             sub_type: match sub_type {
                 SubscriptionKind::Exclusive => SubType::Exclusive,
@@ -144,9 +191,14 @@ impl PulsarSource {
     }
 
     async fn build_consumer(&self) -> Result<Consumer<Vec<u8>, TokioExecutor>, SourceError> {
-        self.pulsar
-            .consumer()
-            .with_topic(&self.topic)
+        let mut builder = self.pulsar.consumer().with_topics(&self.topics);
+        if let Some((regex, namespace)) = &self.pattern {
+            builder = builder
+                .with_topic_regex(regex.clone())
+                .with_lookup_namespace(namespace)
+                .with_topic_refresh(self.pattern_refresh);
+        }
+        builder
             .with_subscription(&self.subscription)
             .with_subscription_type(self.sub_type)
             .with_consumer_name(format!("feature-connector-{}", std::process::id()))

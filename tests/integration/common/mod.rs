@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -13,6 +14,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use redis::AsyncCommands;
 
 /// Pulsar admin REST URL.
 pub fn pulsar_admin() -> String {
@@ -287,9 +289,41 @@ pub async fn backlog(topic: &str, subscription: &str) -> Option<u64> {
     let path = topic
         .strip_prefix("persistent://")
         .expect("persistent topic");
-    let url = format!("{}/admin/v2/persistent/{path}/stats", pulsar_admin());
-    let stats: serde_json::Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
-    stats["subscriptions"][subscription]["msgBacklog"].as_u64()
+    for stats in ["stats", "partitioned-stats"] {
+        let url = format!("{}/admin/v2/persistent/{path}/{stats}", pulsar_admin());
+        let Ok(response) = reqwest::get(&url).await else {
+            continue;
+        };
+        let Ok(stats) = response.json::<serde_json::Value>().await else {
+            continue;
+        };
+        if let Some(backlog) = stats["subscriptions"][subscription]["msgBacklog"].as_u64() {
+            return Some(backlog);
+        }
+    }
+    None
+}
+
+/// Creates `topic` with `partitions` partitions.
+pub async fn create_partitioned_topic(topic: &str, partitions: u32) {
+    let path = topic
+        .strip_prefix("persistent://")
+        .expect("persistent topic");
+    let response = reqwest::Client::new()
+        .put(format!(
+            "{}/admin/v2/persistent/{path}/partitions",
+            pulsar_admin()
+        ))
+        .header("content-type", "application/json")
+        .body(partitions.to_string())
+        .send()
+        .await
+        .expect("admin API");
+    assert!(
+        response.status().is_success(),
+        "create partitioned topic: {}",
+        response.status()
+    );
 }
 
 /// Whether every subscription in `subscriptions` of `topic` has backlog 0.
@@ -509,5 +543,26 @@ pub async fn redis_up(url: &str) -> bool {
     match redis::Client::open(url) {
         Ok(client) => client.get_multiplexed_async_connection().await.is_ok(),
         Err(_) => false,
+    }
+}
+
+/// Event time of event 0 in the tests that check newest values with [`assert_newest_values`].
+pub const BASE: i64 = 1_791_000_000_000;
+
+/// For events `0..events` of `entities` entities (event i → entity i % entities, event time
+/// BASE + i), Redis holds each entity's newest one under the native layout.
+pub async fn assert_newest_values(prefix: &str, view: &str, events: u64, entities: u64) {
+    let mut redis = redis(&redis_url()).await;
+    for entity in 0..entities {
+        let stored: HashMap<String, Vec<u8>> = redis
+            .hgetall(format!("{prefix}:{view}:user-{entity}"))
+            .await
+            .expect("hgetall");
+        let newest = events - entities + entity;
+        assert_eq!(
+            stored.get("_ts"),
+            Some(&(BASE + newest as i64).to_string().into_bytes()),
+            "entity {entity}"
+        );
     }
 }

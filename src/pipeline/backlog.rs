@@ -1,0 +1,95 @@
+//! Subscription backlogs from the broker's topic stats, exported as a gauge per lane: the
+//! number an operator alerts on ("the online store is N messages behind").
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pulsar::{Pulsar, TokioExecutor};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{LaneLabels, Metrics};
+use crate::source::pulsar::{resolve_partitions, PulsarSourceConfig};
+
+/// One lane's subscription to watch.
+#[derive(Debug, Clone)]
+pub struct WatchedSubscription {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Sink kind of the lane.
+    pub sink: &'static str,
+    /// The pipeline's source (topics or pattern).
+    pub source: PulsarSourceConfig,
+    /// Subscription name.
+    pub subscription: String,
+}
+
+/// How often the stats are read.
+pub const BACKLOG_POLL: Duration = Duration::from_secs(10);
+
+/// Polls until `cancel` fires; a broker that does not answer leaves the last value.
+pub async fn watch_backlogs(
+    pulsar: Pulsar<TokioExecutor>,
+    http: reqwest::Client,
+    admin_url: String,
+    watched: Vec<WatchedSubscription>,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    loop {
+        for lane in &watched {
+            match backlog_of(&pulsar, &http, &admin_url, lane).await {
+                Ok(backlog) => {
+                    metrics
+                        .subscription_backlog_messages
+                        .get_or_create(&LaneLabels {
+                            pipeline: lane.pipeline.clone(),
+                            sink: lane.sink,
+                        })
+                        .set(backlog);
+                }
+                Err(e) => {
+                    tracing::debug!(pipeline = %lane.pipeline, subscription = %lane.subscription, error = %e, "cannot read the subscription backlog")
+                }
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(BACKLOG_POLL) => {}
+        }
+    }
+}
+
+/// Sum of the subscription's backlog over every partition the source consumes.
+async fn backlog_of(
+    pulsar: &Pulsar<TokioExecutor>,
+    http: &reqwest::Client,
+    admin_url: &str,
+    lane: &WatchedSubscription,
+) -> Result<i64, String> {
+    let partitions = resolve_partitions(pulsar, &lane.source)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut total = 0;
+    for partition in partitions {
+        let Some(path) = partition.strip_prefix("persistent://") else {
+            continue;
+        };
+        let url = format!(
+            "{}/admin/v2/persistent/{path}/stats",
+            admin_url.trim_end_matches('/')
+        );
+        let stats: serde_json::Value = http
+            .get(url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        total += stats["subscriptions"][&lane.subscription]["msgBacklog"]
+            .as_i64()
+            .unwrap_or(0);
+    }
+    Ok(total)
+}
