@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Real services for the integration tests, all on 127.0.0.1, no Docker:
 #   Pulsar standalone 4.0.x  pulsar://127.0.0.1:6650   admin http://127.0.0.1:8080
+#     also TLS               pulsar+ssl://127.0.0.1:6651 admin https://127.0.0.1:8443 (CA <state>/tls/ca.crt)
+#     token auth on          a JWT in <state>/pulsar-auth/token; anonymous clients still allowed
 #   Redis                    redis://127.0.0.1:6379
 #   Redis Cluster, 3 masters redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003
 #   Redis over TLS + ACL     rediss://app:app-secret@127.0.0.1:6390   CA <state>/tls/ca.crt
@@ -39,6 +41,9 @@ S3_URL=http://127.0.0.1:$S3_PORT
 S3_BUCKET=feature-connector-test
 MOTO_VERSION=5.2.1
 PULSAR_WAIT=${FC_PULSAR_WAIT:-180}
+PULSAR_TLS_PORT=6651
+PULSAR_HTTPS_PORT=8443
+PULSAR_AUTH_DIR=$STATE/pulsar-auth
 
 T0=$(date +%s)
 log() { printf '[services %3ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
@@ -199,13 +204,73 @@ pulsar_ready() {
     [[ $(curl -s -m 20 "$PULSAR_ADMIN/admin/v2/brokers/health" 2>/dev/null || true) == ok ]]
 }
 
+# A HS256 JWT for subject $2 signed with the raw key in file $1 (Pulsar's token format).
+make_jwt() {
+  python3 - "$1" "$2" <<'PY'
+import base64, hashlib, hmac, json, sys
+key = open(sys.argv[1], "rb").read()
+enc = lambda data: base64.urlsafe_b64encode(data).rstrip(b"=")
+signing_input = enc(json.dumps({"alg": "HS256"}).encode()) + b"." + enc(json.dumps({"sub": sys.argv[2]}).encode())
+signature = enc(hmac.new(key, signing_input, hashlib.sha256).digest())
+print((signing_input + b"." + signature).decode())
+PY
+}
+
+# Secret key, a valid token and one signed with another key (for the refusal test).
+ensure_pulsar_token() {
+  mkdir -p "$PULSAR_AUTH_DIR"
+  if [[ ! -s $PULSAR_AUTH_DIR/secret.key ]]; then
+    head -c 32 /dev/urandom >"$PULSAR_AUTH_DIR/secret.key"
+    rm -f "$PULSAR_AUTH_DIR/token"
+  fi
+  if [[ ! -s $PULSAR_AUTH_DIR/token ]]; then
+    make_jwt "$PULSAR_AUTH_DIR/secret.key" feature-connector >"$PULSAR_AUTH_DIR/token"
+    head -c 32 /dev/urandom >"$PULSAR_AUTH_DIR/other.key"
+    make_jwt "$PULSAR_AUTH_DIR/other.key" feature-connector >"$PULSAR_AUTH_DIR/bad-token"
+  fi
+  chmod 600 "$PULSAR_AUTH_DIR"/*
+}
+
+# The broker's config: the repository's file plus token authentication and TLS, which
+# need this machine's paths.
+write_pulsar_config() {
+  {
+    cat "$PULSAR_DIR/standalone.conf"
+    cat <<EOF
+
+# ---- added by scripts/services.sh: token authentication (anonymous clients are still
+# allowed, so the other tests need no token; a wrong token is refused) and TLS listeners.
+authenticationEnabled=true
+authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken
+tokenSecretKey=file://$PULSAR_AUTH_DIR/secret.key
+anonymousUserRole=anonymous
+brokerServicePortTls=$PULSAR_TLS_PORT
+webServicePortTls=$PULSAR_HTTPS_PORT
+tlsCertificateFilePath=$TLS_DIR/server.crt
+tlsKeyFilePath=$TLS_DIR/server.key
+tlsTrustCertsFilePath=$TLS_DIR/ca.crt
+EOF
+  } >"$1"
+}
+
 # Launches the broker in the background (does not wait).
 start_pulsar() {
   PULSAR_STARTED=0
+  ensure_tls_certs
+  ensure_pulsar_token
+  mkdir -p "$STATE/pulsar"
+  local wanted=$STATE/pulsar/standalone.conf.new
+  write_pulsar_config "$wanted"
   if our_pid pulsar PulsarStandaloneStarter >/dev/null; then
-    log "pulsar: already running (pid $(our_pid pulsar PulsarStandaloneStarter))"
-    return
+    if cmp -s "$wanted" "$STATE/pulsar/standalone.conf" && ((TLS_REGENERATED == 0)); then
+      rm -f "$wanted"
+      log "pulsar: already running (pid $(our_pid pulsar PulsarStandaloneStarter))"
+      return
+    fi
+    log "pulsar: configuration changed, restarting"
+    stop_pid pulsar PulsarStandaloneStarter
   fi
+  mv -f "$wanted" "$STATE/pulsar/standalone.conf"
   rm -f "$STATE/pulsar.pid"
   if port_open $PULSAR_HTTP_PORT || port_open $PULSAR_BIN_PORT; then
     if pulsar_ready; then log "pulsar: reusing a broker already answering on $PULSAR_ADMIN"; return; fi
@@ -231,7 +296,7 @@ start_pulsar() {
     -Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver
   )
   launch pulsar "$data" "$JAVA_HOME/bin/java" "${opts[@]}" -cp "$PULSAR_CP" \
-    org.apache.pulsar.PulsarStandaloneStarter --config "$PULSAR_DIR/standalone.conf" \
+    org.apache.pulsar.PulsarStandaloneStarter --config "$STATE/pulsar/standalone.conf" \
     -nfw -nss --wipe-data -a 127.0.0.1 \
     --metadata-dir "$data/metadata" --bookkeeper-dir "$data/bookkeeper"
   PULSAR_STARTED=1
@@ -398,6 +463,10 @@ tls_certs_valid() {
 # Self-signed CA plus a server certificate (SAN 127.0.0.1, localhost) and a client
 # certificate, generated once into $TLS_DIR (again only when missing, invalid or expiring).
 ensure_tls_certs() {
+  # Once per run: the broker and the TLS Redis both use these, and both must learn of a
+  # regeneration (TLS_REGENERATED stays set for the second caller).
+  if ((${TLS_CHECKED:-0})); then return 0; fi
+  TLS_CHECKED=1
   TLS_REGENERATED=0
   tls_certs_valid && return 0
   log "redis-tls: generating a test CA and server/client certificates in $TLS_DIR"
@@ -519,6 +588,10 @@ write_env() {
   cat >"$STATE/env" <<EOF
 export PULSAR_URL=pulsar://127.0.0.1:$PULSAR_BIN_PORT
 export PULSAR_ADMIN_URL=$PULSAR_ADMIN
+export FC_TEST_PULSAR_TLS_URL=pulsar+ssl://127.0.0.1:$PULSAR_TLS_PORT
+export FC_TEST_PULSAR_TLS_ADMIN_URL=https://127.0.0.1:$PULSAR_HTTPS_PORT
+export FC_TEST_PULSAR_TOKEN_FILE=$PULSAR_AUTH_DIR/token
+export FC_TEST_PULSAR_BAD_TOKEN_FILE=$PULSAR_AUTH_DIR/bad-token
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT
 export REDIS_CLUSTER_URLS=$(cluster_urls)
 export REDIS_TLS_URL=rediss://$REDIS_TLS_USER:$REDIS_TLS_PASS@127.0.0.1:$REDIS_TLS_PORT

@@ -91,7 +91,7 @@ pub async fn produce(args: ProduceArgs) -> ExitCode {
         keys: pipeline.entity_keys.clone(),
         event_time: pipeline.event_time.clone(),
     };
-    match publish(&service.pulsar.url, pipeline, &topic, &spec, &args).await {
+    match publish(&service.pulsar, pipeline, &topic, &spec, &args).await {
         Ok(seconds) => {
             let rate = args.count as f64 / seconds.max(1e-9);
             println!(
@@ -108,13 +108,13 @@ pub async fn produce(args: ProduceArgs) -> ExitCode {
 }
 
 async fn publish(
-    url: &str,
+    service: &crate::source::pulsar::PulsarServiceConfig,
     pipeline: &crate::config::PipelineConfig,
     topic: &str,
     spec: &SampleSpec,
     args: &ProduceArgs,
 ) -> Result<f64, String> {
-    let pulsar = PulsarSource::connect(url)
+    let pulsar = PulsarSource::connect(service)
         .await
         .map_err(|e| e.to_string())?;
     let override_schema = match &args.schema {

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::PipelineConfig;
 use crate::schema::{schema_topic, Compatibility, ReaderSchema, SchemaRegistry};
-use crate::source::pulsar::{resolve_partitions, PulsarSource};
+use crate::source::pulsar::{resolve_partitions, PulsarServiceConfig, PulsarSource};
 
 /// Options of `schemas`.
 #[derive(Debug, Args)]
@@ -63,20 +63,17 @@ pub async fn schemas(args: SchemasArgs) -> ExitCode {
         eprintln!("error: no pipeline `{missing}`");
         return ExitCode::from(EXIT_CONFIG);
     }
-    let http = match reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .build()
-    {
+    let http = match service.pulsar.admin_client() {
         Ok(http) => http,
         Err(e) => {
-            eprintln!("error: HTTP client: {e}");
+            eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
     let mut registry = SchemaRegistry::new(http, &service.pulsar.admin_url);
     let mut failed = false;
     for pipeline in selected {
-        let topics = match schema_topics(&service.pulsar.url, pipeline).await {
+        let topics = match schema_topics(&service.pulsar, pipeline).await {
             Ok(topics) => topics,
             Err(e) => {
                 eprintln!("{}: error: {e}", pipeline.name);
@@ -101,10 +98,13 @@ pub async fn schemas(args: SchemasArgs) -> ExitCode {
 
 /// The topics whose registries a pipeline reads: the named ones, and for a pattern those
 /// matching it now (partitions share their topic's schema).
-async fn schema_topics(url: &str, pipeline: &PipelineConfig) -> Result<Vec<String>, String> {
+async fn schema_topics(
+    service: &PulsarServiceConfig,
+    pipeline: &PipelineConfig,
+) -> Result<Vec<String>, String> {
     let mut topics = pipeline.source.named_topics();
     if pipeline.source.topic_pattern.is_some() {
-        let pulsar = PulsarSource::connect(url)
+        let pulsar = PulsarSource::connect(service)
             .await
             .map_err(|e| e.to_string())?;
         let matched = resolve_partitions(&pulsar, &pipeline.source)

@@ -64,7 +64,7 @@ pub async fn backfill(
         .offline
         .clone()
         .ok_or_else(|| setup("the pipeline has no offline sink".into()))?;
-    let http = reqwest::Client::new();
+    let http = service.pulsar.admin_client().map_err(setup)?;
     let spec = pipeline.decoder_spec();
     let template = PayloadDecoder::new(
         spec,
@@ -91,7 +91,7 @@ pub async fn backfill(
     sink.set_schema_fingerprint(pipeline.schema.fingerprint());
     sink.recover().await.map_err(|e| setup(e.to_string()))?;
 
-    let pulsar = PulsarSource::connect(&service.pulsar.url).await?;
+    let pulsar = PulsarSource::connect(&service.pulsar).await?;
     let partitions = resolve_partitions(&pulsar, &pipeline.source)
         .await
         .map_err(|e| setup(format!("cannot list the topics: {e}")))?;

@@ -71,14 +71,14 @@ pub async fn run(
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) -> Result<(), RuntimeError> {
-    let pulsar = PulsarSource::connect(&service.pulsar.url).await?;
-    let http = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
-        .build()
-        .map_err(|e| RuntimeError::Setup {
+    let http = service
+        .pulsar
+        .admin_client()
+        .map_err(|message| RuntimeError::Setup {
             pipeline: "*".into(),
-            message: format!("HTTP client: {e}"),
+            message,
         })?;
+    let pulsar = PulsarSource::connect(&service.pulsar).await?;
     if pipelines.iter().any(|p| p.online.is_some()) {
         let client = RedisClient::open(&service.redis).map_err(|message| RuntimeError::Setup {
             pipeline: "*".into(),

@@ -10,6 +10,7 @@ mod offline;
 mod online;
 mod redis_outage;
 mod schemas;
+mod security;
 mod subscriptions;
 mod topics;
 mod validate;

@@ -7,14 +7,87 @@ use serde::Deserialize;
 
 use crate::config::{issue_at, ConfigIssue, Spanned};
 
-/// Where the Pulsar cluster is (service file).
-#[derive(Debug, Clone, Deserialize)]
+/// Where the Pulsar cluster is and how to log in (service file).
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PulsarServiceConfig {
-    /// Binary protocol URL, e.g. `pulsar://127.0.0.1:6650`.
+    /// Binary protocol URL, e.g. `pulsar://127.0.0.1:6650` or `pulsar+ssl://…:6651`.
     pub url: String,
     /// Admin REST URL, e.g. `http://127.0.0.1:8080` (schema registry, stats).
     pub admin_url: String,
+    /// A JWT for token authentication (usually `${PULSAR_TOKEN}`); empty = none.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// A file holding the JWT (e.g. a mounted Kubernetes Secret); read at each connect.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// PEM file of the CA that signed the broker's TLS certificate (`pulsar+ssl://`,
+    /// `https://`); empty = the system roots.
+    #[serde(default)]
+    pub tls_ca_file: Option<String>,
+}
+
+/// Never prints the token.
+impl std::fmt::Debug for PulsarServiceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PulsarServiceConfig")
+            .field("url", &self.url)
+            .field("admin_url", &self.admin_url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_file", &self.token_file)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .finish()
+    }
+}
+
+fn non_empty(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+impl PulsarServiceConfig {
+    /// The JWT to present, if any: `token`, else the contents of `token_file`.
+    pub fn token(&self) -> Result<Option<String>, String> {
+        if let Some(token) = non_empty(&self.token) {
+            return Ok(Some(token.to_string()));
+        }
+        match non_empty(&self.token_file) {
+            Some(path) => std::fs::read_to_string(path)
+                .map(|token| Some(token.trim().to_string()))
+                .map_err(|e| format!("cannot read pulsar.token_file {path}: {e}")),
+            None => Ok(None),
+        }
+    }
+
+    /// The CA certificate (PEM) to trust, if configured.
+    pub fn tls_ca(&self) -> Result<Option<Vec<u8>>, String> {
+        match non_empty(&self.tls_ca_file) {
+            Some(path) => std::fs::read(path)
+                .map(Some)
+                .map_err(|e| format!("cannot read pulsar.tls_ca_file {path}: {e}")),
+            None => Ok(None),
+        }
+    }
+
+    /// An HTTP client for the admin REST API: the token as a bearer header, the CA trusted.
+    pub fn admin_client(&self) -> Result<reqwest::Client, String> {
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(10));
+        if let Some(token) = self.token()? {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| "the Pulsar token is not a valid HTTP header value".to_string())?;
+            value.set_sensitive(true);
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+            builder = builder.default_headers(headers);
+        }
+        if let Some(pem) = self.tls_ca()? {
+            let certificate = reqwest::Certificate::from_pem(&pem)
+                .map_err(|e| format!("pulsar.tls_ca_file is not a PEM certificate: {e}"))?;
+            builder = builder.add_root_certificate(certificate);
+        }
+        builder
+            .build()
+            .map_err(|e| format!("admin HTTP client: {e}"))
+    }
 }
 
 /// Subscription types, with Pulsar's names.

@@ -172,22 +172,61 @@ impl PulsarSource {
         Ok(source)
     }
 
-    /// Connects the client shared by all lanes of the process.
-    pub async fn connect(url: &str) -> Result<Pulsar<TokioExecutor>, SourceError> {
-        Pulsar::builder(url, TokioExecutor)
+    /// Connects the client shared by all lanes of the process (token and TLS from
+    /// `service`).
+    pub async fn connect(
+        service: &PulsarServiceConfig,
+    ) -> Result<Pulsar<TokioExecutor>, SourceError> {
+        let url = service.url.as_str();
+        let setup = |reason: String| SourceError::Connect {
+            url: url.to_string(),
+            source: pulsar::Error::Custom(reason),
+        };
+        let mut builder = Pulsar::builder(url, TokioExecutor)
             // Bounded: a busy Exclusive subscription must become an error, not an endless
             // wait; callers that must not give up (consumer rebuild, DLQ) loop themselves.
             .with_operation_retry_options(OperationRetryOptions {
                 operation_timeout: Duration::from_secs(30),
                 retry_delay: Duration::from_secs(1),
                 max_retries: Some(10),
-            })
-            .build()
-            .await
-            .map_err(|source| SourceError::Connect {
-                url: url.to_string(),
-                source,
-            })
+            });
+        if let Some(token) = service.token().map_err(setup)? {
+            builder = builder.with_auth(pulsar::Authentication {
+                name: "token".into(),
+                data: token.into_bytes(),
+            });
+        }
+        if let Some(pem) = service.tls_ca().map_err(setup)? {
+            builder = builder
+                .with_certificate_chain(pem)
+                .with_allow_insecure_connection(false)
+                .with_tls_hostname_verification_enabled(true);
+        }
+        let has_token = service.token().ok().flatten().is_some();
+        builder.build().await.map_err(|source| {
+            // pulsar-rs logs the refusal's cause (pulsar::connection) and returns only
+            // "fatal error": name what is likely at fault.
+            let hint = match (source.to_string().contains("fatal error"), has_token) {
+                (false, _) => None,
+                (true, _) if url.starts_with("pulsar+ssl://") && !has_token => Some(
+                    "the TLS handshake or the broker refused it: is the broker's certificate signed by pulsar.tls_ca_file?",
+                ),
+                (true, true) => Some(
+                    "the broker refused it: check the token (pulsar.token / pulsar.token_file) and, for pulsar+ssl://, pulsar.tls_ca_file",
+                ),
+                (true, false) => Some("the broker refused it: does it require authentication (pulsar.token)?"),
+            };
+            match hint {
+                Some(hint) => SourceError::Connect {
+                    url: url.to_string(),
+                    source: pulsar::Error::Custom(format!("{source} ({hint}; the cause is logged by pulsar::connection)")),
+                },
+                None => SourceError::Connect {
+                    url: url.to_string(),
+                    source,
+                },
+            }
+        })
     }
 
     async fn build_consumer(&self) -> Result<Consumer<Vec<u8>, TokioExecutor>, SourceError> {
