@@ -4,8 +4,55 @@
 //! field is a simple function of `i` (see [`sample_value`]) so a test can compute exactly
 //! what the online and offline stores must hold.
 
+use std::sync::Arc;
+
 use apache_avro::schema::{RecordSchema, Schema, UnionSchema};
 use apache_avro::types::Value;
+
+/// Which entity event `i` belongs to.
+#[derive(Debug, Clone, Default)]
+pub enum KeyDistribution {
+    /// Entity `i % entities`: every entity equally often, in turn.
+    #[default]
+    RoundRobin,
+    /// Zipf-skewed: entity `k` (0-based rank) with weight `1 / (k + 1)^s`, drawn from a
+    /// hash of `i` so runs are repeatable. Holds the cumulative weights.
+    Zipf(Arc<Vec<f64>>),
+}
+
+impl KeyDistribution {
+    /// Zipf over `entities` with exponent `s` (e.g. 1.1: a few hot entities, a long tail).
+    pub fn zipf(entities: u64, s: f64) -> Self {
+        let mut total = 0.0;
+        let cdf: Vec<f64> = (0..entities.max(1))
+            .map(|k| {
+                total += 1.0 / ((k + 1) as f64).powf(s);
+                total
+            })
+            .collect();
+        KeyDistribution::Zipf(Arc::new(cdf.into_iter().map(|c| c / total).collect()))
+    }
+
+    /// The entity of event `i`.
+    pub fn entity(&self, i: u64, entities: u64) -> u64 {
+        match self {
+            KeyDistribution::RoundRobin => i % entities.max(1),
+            KeyDistribution::Zipf(cdf) => {
+                let u = (splitmix64(i) >> 11) as f64 / (1u64 << 53) as f64;
+                cdf.partition_point(|&c| c < u)
+                    .min(cdf.len().saturating_sub(1)) as u64
+            }
+        }
+    }
+}
+
+/// A well-mixed 64-bit hash of `x` (SplitMix64's finaliser).
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
 
 /// How one sample event is made.
 #[derive(Debug, Clone)]
@@ -18,6 +65,18 @@ pub struct SampleSpec {
     pub keys: Vec<String>,
     /// Event-time field.
     pub event_time: String,
+    /// Which entity each event belongs to.
+    pub distribution: KeyDistribution,
+    /// Event time = the wall clock when the event is made (for freshness measurements)
+    /// instead of `base_ms + i`.
+    pub live_event_time: bool,
+}
+
+impl SampleSpec {
+    /// The entity of event `i`.
+    pub fn entity(&self, i: u64) -> u64 {
+        self.distribution.entity(i, self.entities)
+    }
 }
 
 /// The Avro record for event `i`.
@@ -25,16 +84,18 @@ pub fn sample_record(schema: &Schema, spec: &SampleSpec, i: u64) -> Result<Value
     let Schema::Record(RecordSchema { fields, .. }) = schema else {
         return Err("sample events need a record schema".into());
     };
-    let entity = i % spec.entities.max(1);
+    let entity = spec.entity(i);
+    let event_time = if spec.live_event_time {
+        chrono::Utc::now().timestamp_millis()
+    } else {
+        spec.base_ms + i64::try_from(i).unwrap_or(i64::MAX)
+    };
     let mut values = Vec::with_capacity(fields.len());
     for (index, field) in fields.iter().enumerate() {
         let value = if spec.keys.contains(&field.name) {
             key_value(&field.schema, &field.name, entity)?
         } else if field.name == spec.event_time {
-            time_value(
-                &field.schema,
-                spec.base_ms + i64::try_from(i).unwrap_or(i64::MAX),
-            )?
+            time_value(&field.schema, event_time)?
         } else {
             sample_value(&field.schema, &field.name, index, i)?
         };
@@ -267,6 +328,8 @@ mod tests {
             base_ms: 1000,
             keys: vec!["user_id".into()],
             event_time: "event_time".into(),
+            distribution: KeyDistribution::RoundRobin,
+            live_event_time: false,
         };
         let record = sample_record(&schema, &spec, 19).unwrap();
         assert_eq!(
@@ -286,5 +349,23 @@ mod tests {
             entity_key_text(&schema, "user_id", 9).as_deref(),
             Some("user-9")
         );
+    }
+
+    #[test]
+    fn zipf_keys_are_skewed_repeatable_and_in_range() {
+        let zipf = KeyDistribution::zipf(100_000, 1.1);
+        let draws: Vec<u64> = (0..200_000).map(|i| zipf.entity(i, 100_000)).collect();
+        assert_eq!(
+            draws,
+            (0..200_000)
+                .map(|i| zipf.entity(i, 100_000))
+                .collect::<Vec<_>>()
+        );
+        assert!(draws.iter().all(|&e| e < 100_000));
+        let hottest = draws.iter().filter(|&&e| e == 0).count();
+        let tail = draws.iter().filter(|&&e| e >= 50_000).count();
+        // Rank 0 holds 1/H(100000, 1.1) = 1/7.43 ≈ 13.5 % of events.
+        assert!((25_000..29_000).contains(&hottest), "{hottest}");
+        assert!(tail > 0 && tail < hottest, "{tail}");
     }
 }

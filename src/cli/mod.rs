@@ -2,6 +2,7 @@
 
 mod backfill;
 mod get;
+mod pacing;
 mod produce;
 mod run;
 mod schemas;

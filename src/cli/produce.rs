@@ -52,6 +52,19 @@ pub struct ProduceArgs {
     /// `topic_pattern`).
     #[arg(long)]
     topic: Option<String>,
+    /// Entity keys Zipf-distributed with this exponent (e.g. 1.1) instead of round robin.
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// Event time = the wall clock at send (for freshness measurements).
+    #[arg(long)]
+    live_event_time: bool,
+    /// Send at this many events/s (open loop) instead of as fast as possible.
+    #[arg(long, conflicts_with = "rate_schedule")]
+    rate: Option<f64>,
+    /// Open-loop phases `rate:duration,...`, e.g. `20000:20s,200000:10s,20000:10s`;
+    /// replaces `--count`.
+    #[arg(long)]
+    rate_schedule: Option<String>,
 }
 
 fn compression(name: &str) -> Compression {
@@ -83,20 +96,57 @@ pub async fn produce(args: ProduceArgs) -> ExitCode {
         );
         return ExitCode::from(super::EXIT_CONFIG);
     };
+    let phases = match (&args.rate_schedule, args.rate) {
+        (Some(text), _) => match super::pacing::parse_schedule(text) {
+            Ok(phases) => Some(phases),
+            Err(e) => {
+                eprintln!("error: --rate-schedule {e}");
+                return ExitCode::from(super::EXIT_CONFIG);
+            }
+        },
+        (None, Some(rate)) if rate > 0.0 && rate.is_finite() => Some(vec![super::pacing::Phase {
+            rate,
+            duration: std::time::Duration::from_secs_f64(args.count as f64 / rate),
+        }]),
+        (None, Some(_)) => {
+            eprintln!("error: --rate must be above 0");
+            return ExitCode::from(super::EXIT_CONFIG);
+        }
+        (None, None) => None,
+    };
+    let count = phases
+        .as_deref()
+        .map_or(args.count, super::pacing::schedule_events);
     let spec = SampleSpec {
+        distribution: match args.zipf {
+            Some(s) => crate::sample::KeyDistribution::zipf(args.entities, s),
+            None => crate::sample::KeyDistribution::RoundRobin,
+        },
+        live_event_time: args.live_event_time,
         entities: args.entities,
         base_ms: args.base_ms.unwrap_or_else(|| {
-            chrono::Utc::now().timestamp_millis() - i64::try_from(args.count).unwrap_or(0)
+            chrono::Utc::now().timestamp_millis() - i64::try_from(count).unwrap_or(0)
         }),
         keys: pipeline.entity_keys.clone(),
         event_time: pipeline.event_time.clone(),
     };
-    match publish(&service.pulsar, pipeline, &topic, &spec, &args).await {
+    let pacer = phases.as_deref().map(super::pacing::Pacer::new);
+    match publish(
+        &service.pulsar,
+        pipeline,
+        &topic,
+        &spec,
+        &args,
+        count,
+        pacer,
+    )
+    .await
+    {
         Ok(seconds) => {
-            let rate = args.count as f64 / seconds.max(1e-9);
+            let rate = count as f64 / seconds.max(1e-9);
             println!(
-                "published {} events for {} entities to {} in {seconds:.2} s ({rate:.0} events/s)",
-                args.count, args.entities, topic
+                "published {count} events for {} entities to {} in {seconds:.2} s ({rate:.0} events/s)",
+                args.entities, topic
             );
             ExitCode::SUCCESS
         }
@@ -113,6 +163,8 @@ async fn publish(
     topic: &str,
     spec: &SampleSpec,
     args: &ProduceArgs,
+    count: u64,
+    pacer: Option<super::pacing::Pacer>,
 ) -> Result<f64, String> {
     let pulsar = PulsarSource::connect(service)
         .await
@@ -137,6 +189,9 @@ async fn publish(
                 properties: Vec::new(),
             }),
             batch_size: (args.batch > 0).then_some(args.batch),
+            // As Java's default batching delay: a partly filled batch leaves after 1 ms, so
+            // batching does not add latency at low rates.
+            batch_timeout: (args.batch > 0).then_some(std::time::Duration::from_millis(1)),
             // Wait for room instead of failing with SlowDown when the broker is slower.
             block_queue_if_full: true,
             compression: Some(compression(&args.compression)),
@@ -151,12 +206,24 @@ async fn publish(
     let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&schema.avro)
         .build()
         .map_err(|e| format!("schema cannot be written: {e}"))?;
-    let order = crate::sample::event_order(args.start, args.count, args.shuffle);
-    for i in order {
+    let order = crate::sample::event_order(args.start, count, args.shuffle);
+    // Per phase: (events, first send, last send), epoch ms — reported so a benchmark can
+    // tell the rate it got from the rate it asked for.
+    let mut sent: Vec<(u64, i64, i64)> = vec![(0, 0, 0); pacer.as_ref().map_or(0, |p| p.phases())];
+    for (n, i) in order.enumerate() {
+        if let Some(pacer) = &pacer {
+            pacer.wait(n as u64).await;
+            let now = chrono::Utc::now().timestamp_millis();
+            if let Some(phase) = sent.get_mut(pacer.phase_of(n as u64)) {
+                if phase.0 == 0 {
+                    phase.1 = now;
+                }
+                *phase = (phase.0 + 1, phase.1, now);
+            }
+        }
         let record = sample_record(&schema.avro, spec, i)?;
-        let key =
-            crate::sample::entity_key_text(&schema.avro, &key_field, i % spec.entities.max(1))
-                .unwrap_or_default();
+        let key = crate::sample::entity_key_text(&schema.avro, &key_field, spec.entity(i))
+            .unwrap_or_default();
         let payload = match pipeline.format {
             PayloadFormat::Avro => writer
                 .write_value_to_vec(record)
@@ -196,6 +263,13 @@ async fn publish(
         receipt
             .await
             .map_err(|e| format!("broker refused an event: {e}"))?;
+    }
+    for (index, (events, first, last)) in sent.iter().enumerate() {
+        let seconds = (last - first).max(1) as f64 / 1000.0;
+        println!(
+            "phase {index}: {events} events sent from {first} to {last} (epoch ms), {:.0} events/s",
+            *events as f64 / seconds
+        );
     }
     Ok(started.elapsed().as_secs_f64())
 }
