@@ -2,6 +2,7 @@
 //! writer schema version gets its own row decoder, checked once against the pipeline's
 //! compatibility strategy; payloads that cannot be decoded are reported one by one.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -71,13 +72,29 @@ pub struct DecoderSpec {
 type Failed = (&'static str, String);
 
 /// Turns payloads into rows, one checked writer schema per version.
-#[derive(Clone)]
 pub struct PayloadDecoder {
     spec: DecoderSpec,
     registry: SchemaRegistry,
     full_schema: SchemaRef,
     output_schema: SchemaRef,
     writers: HashMap<Option<i64>, Result<String, Failed>>,
+    /// Row decoders kept between batches, per writer version (building one parses both
+    /// schemas); a decoder that failed is dropped, not reused.
+    row_decoders: RefCell<HashMap<Option<i64>, Box<dyn RowDecoder>>>,
+}
+
+/// A clone starts without cached row decoders (they are not `Clone`).
+impl Clone for PayloadDecoder {
+    fn clone(&self) -> Self {
+        Self {
+            spec: self.spec.clone(),
+            registry: self.registry.clone(),
+            full_schema: self.full_schema.clone(),
+            output_schema: self.output_schema.clone(),
+            writers: self.writers.clone(),
+            row_decoders: RefCell::new(HashMap::new()),
+        }
+    }
 }
 
 /// Latest event time accepted (end of year 9999), epoch milliseconds.
@@ -103,6 +120,7 @@ impl PayloadDecoder {
             full_schema,
             output_schema: Arc::new(Schema::new(fields)),
             writers: HashMap::new(),
+            row_decoders: RefCell::new(HashMap::new()),
         })
     }
 
@@ -116,6 +134,7 @@ impl PayloadDecoder {
             full_schema: self.full_schema.clone(),
             output_schema: self.output_schema.clone(),
             writers: HashMap::new(),
+            row_decoders: RefCell::new(HashMap::new()),
         }
     }
 
@@ -283,7 +302,11 @@ impl PayloadDecoder {
             None => return,
         };
         let decode_all = |indices: &[usize]| -> Result<Option<RecordBatch>, String> {
-            let mut decoder = self.row_decoder(&writer_json)?;
+            let cached = self.row_decoders.borrow_mut().remove(&version);
+            let mut decoder = match cached {
+                Some(decoder) => decoder,
+                None => self.row_decoder(&writer_json)?,
+            };
             for &index in indices {
                 decoder.feed(&messages[index].payload)?;
             }
@@ -292,6 +315,7 @@ impl PayloadDecoder {
             if rows != indices.len() {
                 return Err(format!("{} payload(s) gave {rows} row(s)", indices.len()));
             }
+            self.row_decoders.borrow_mut().insert(version, decoder);
             Ok(batch)
         };
         let indices: Vec<usize> = run.collect();
