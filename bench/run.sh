@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark (see bench/run.py): starts the services, builds the release
+# binary and the probes, prepares the peers' Python venv, runs every contender on the same
+# events and prints the table (also written to bench/results/latest.md).
+#
+#   bash bench/run.sh                      # full run (about 15 minutes on 2 cores)
+#   bash bench/run.sh --events 20000 --feast-events 5000 --schedule 2000:5s,20000:3s   # smoke
+set -Eeuo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+bash scripts/services.sh start >&2
+# shellcheck disable=SC1091
+source .services/env
+cargo build --release --quiet --bin feature-connector --example freshness_probe --example raw_consume
+PY=$(bash bench/peers/setup_venv.sh | tail -1)
+exec "$PY" bench/run.py --python "$PY" "$@"
