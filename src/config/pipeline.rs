@@ -180,11 +180,53 @@ pub fn load_pipelines(
             Err(mut found) => issues.append(&mut found),
         }
     }
+    issues.extend(overlapping_key_spaces(&pipelines));
     if issues.is_empty() {
         Ok(pipelines)
     } else {
         Err(ConfigError { issues })
     }
+}
+
+/// Whether `path` (resolving `..` and links) lies under `root`.
+fn inside(root: &Path, path: &Path) -> bool {
+    match (root.canonicalize(), path.canonicalize()) {
+        (Ok(root), Ok(path)) => path.starts_with(root),
+        _ => false,
+    }
+}
+
+/// Native-layout pipelines whose keys `{prefix}:{pipeline}:{entity}` could be the same
+/// Redis keys (one key space starting with the other, e.g. prefix `fc:a` + pipeline `b`
+/// and prefix `fc` + pipeline `a` with an entity `b:…`): each would overwrite the other.
+fn overlapping_key_spaces(pipelines: &[PipelineConfig]) -> Vec<ConfigIssue> {
+    let spaces: Vec<(&PipelineConfig, String)> = pipelines
+        .iter()
+        .filter_map(|p| {
+            let online = p.online.as_ref()?;
+            (online.layout == LayoutKind::Native)
+                .then(|| (p, format!("{}:{}:", online.key_prefix, p.name)))
+        })
+        .collect();
+    let mut issues = Vec::new();
+    for (i, (a, space_a)) in spaces.iter().enumerate() {
+        for (b, space_b) in &spaces[i + 1..] {
+            if space_a.starts_with(space_b.as_str()) || space_b.starts_with(space_a.as_str()) {
+                issues.push(ConfigIssue {
+                    file: b.file.clone(),
+                    line: None,
+                    key: Some("online.key_prefix".into()),
+                    message: format!(
+                        "pipeline `{}` writes Redis keys `{space_b}…`, which overlap `{space_a}…` of pipeline `{}` ({}); give one a distinct key_prefix",
+                        b.name,
+                        a.name,
+                        a.file.display()
+                    ),
+                });
+            }
+        }
+    }
+    issues
 }
 
 fn check(
@@ -211,6 +253,19 @@ fn check(
 
     let schema_path = resolve_path(root, &parsed.schema.file.value);
     let schema = match ReaderSchema::load(&schema_path) {
+        Ok(_) if !inside(root, &schema_path) => {
+            issues.push(issue_at(
+                file,
+                &parsed.schema.file,
+                "schema.file",
+                format!(
+                    "{} is outside the project root {}; keep schemas in the project",
+                    schema_path.display(),
+                    root.display()
+                ),
+            ));
+            None
+        }
         Ok(schema) => Some(schema),
         Err(e) => {
             issues.push(issue_at(

@@ -160,3 +160,51 @@ fn broken_service_file() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr.contains("config.yaml:5: key `pool`"), "{stderr}");
 }
+
+#[test]
+fn schema_file_outside_the_project() {
+    let outside = std::env::temp_dir().join(format!("{}.avsc", unique("outside")));
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/user_profile.avsc"),
+        &outside,
+    )
+    .expect("copy schema");
+    let escaping = "../".repeat(12) + outside.to_str().expect("path").trim_start_matches('/');
+    for written in [outside.to_str().expect("path").to_string(), escaping] {
+        assert_problem(
+            "schemas/user_profile.avsc",
+            &written,
+            6,
+            "schema.file",
+            "is outside the project root",
+        );
+    }
+    std::fs::remove_file(outside).ok();
+}
+
+#[test]
+fn two_pipelines_writing_the_same_redis_keys() {
+    let project = Project::new(&redis_url());
+    std::fs::write(
+        project.path().join("connectors/a.yaml"),
+        GOOD.replace("name: p", "name: b")
+            .replace("key_prefix: fc", "key_prefix: \"fc:a\""),
+    )
+    .expect("write");
+    std::fs::write(
+        project.path().join("connectors/b.yaml"),
+        GOOD.replace("name: p", "name: a"),
+    )
+    .expect("write");
+    let output = project.validate();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("key `online.key_prefix`") && stderr.contains("overlap `fc:a:b:…`"),
+        "{stderr}"
+    );
+    // `run` refuses the same way before connecting to anything.
+    let run = project.run_command(&["run"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("overlap"));
+}
