@@ -119,6 +119,38 @@ struct JsonRows {
     done: Vec<RecordBatch>,
 }
 
+/// Deepest JSON nesting read; feature rows need a handful of levels.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// `Some(depth)` as soon as `json`'s arrays/objects nest deeper than `limit` (strings and
+/// their escapes skipped); `None` when they do not.
+fn nesting_beyond(json: &[u8], limit: usize) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &byte in json {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return Some(depth);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 impl JsonRows {
     fn new(schema: &SchemaRef, capacity: usize) -> Result<Self, String> {
         let stream = arrow_json::ReaderBuilder::new(schema.clone())
@@ -138,6 +170,13 @@ impl RowDecoder for JsonRows {
             std::str::from_utf8(payload).map_err(|e| format!("payload is not UTF-8: {e}"))?;
         if !text.trim_start().starts_with('{') {
             return Err("payload is not a JSON object".into());
+        }
+        // Decoders below recurse per level: a payload nested 100,000 deep overflowed the
+        // stack and took the process down (the bad-input corpus found it).
+        if let Some(depth) = nesting_beyond(payload, MAX_JSON_DEPTH) {
+            return Err(format!(
+                "JSON nested {depth}+ levels deep (at most {MAX_JSON_DEPTH} are read)"
+            ));
         }
         let mut rest = payload;
         while !rest.is_empty() {
@@ -198,5 +237,19 @@ mod tests {
         assert_eq!(batch.column(0).as_primitive::<Int64Type>().value(0), 21);
         assert_eq!(batch.column(1).as_primitive::<Float64Type>().value(0), -3.0);
         assert_eq!(batch.column(2).as_string::<i32>().value(0), "none");
+    }
+}
+
+#[cfg(test)]
+mod depth_tests {
+    use super::nesting_beyond;
+
+    #[test]
+    fn nesting_is_counted_outside_strings_only() {
+        assert_eq!(nesting_beyond(br#"{"a": [1, {"b": 2}]}"#, 3), None);
+        assert_eq!(nesting_beyond(br#"{"a": [1, {"b": 2}]}"#, 2), Some(3));
+        assert_eq!(nesting_beyond(br#"{"a": "[[[[[[\"[[["}"#, 1), None);
+        let deep = format!("{{\"a\": {}1{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(nesting_beyond(deep.as_bytes(), 64), Some(65));
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests against the real services started by `scripts/services.sh`
 //! (Pulsar standalone, redis-server, moto S3) — one test binary so it builds once.
 
+mod bad_input;
 mod common;
 mod deploy;
 mod end_to_end;

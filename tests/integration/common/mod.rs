@@ -250,6 +250,11 @@ impl Connector {
         let _ = self.child.wait();
     }
 
+    /// The connector's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

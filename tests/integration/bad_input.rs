@@ -1,0 +1,149 @@
+//! The bad-input corpus on the real broker: a 5 MB message, a 1 MB string, a string that is
+//! not UTF-8 and a JSON value nested 100,000 deep each end in the dead-letter topic with a
+//! reason (or, for the big but valid string, in Redis), the pipeline keeps going and the
+//! connector's memory stays bounded.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use crate::common::*;
+
+/// Avro binary encoding of the pieces of a `user_profile` record.
+fn zigzag(n: i64, out: &mut Vec<u8>) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    loop {
+        let byte = (z & 0x7f) as u8;
+        z >>= 7;
+        if z == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+fn bytes(value: &[u8], out: &mut Vec<u8>) {
+    zigzag(value.len() as i64, out);
+    out.extend_from_slice(value);
+}
+
+/// A `user_profile` datum with the given user id bytes and favourite category.
+fn profile(user_id: &[u8], event_time: i64, category: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    bytes(user_id, &mut out);
+    zigzag(event_time, &mut out);
+    zigzag(7, &mut out); // purchases_30d
+    zigzag(3, &mut out); // sessions_7d
+    out.extend_from_slice(&12.5f64.to_le_bytes()); // avg_basket_eur
+    out.extend_from_slice(&0.25f32.to_le_bytes()); // ctr_7d
+    out.push(1); // is_premium
+    bytes(category, &mut out);
+    bytes(b"\x01\x02", &mut out); // embedding_id
+    zigzag(0, &mut out); // last_review_score: null
+    out
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_payloads_are_dead_lettered_and_the_pipeline_goes_on() {
+    const BASE: i64 = 1_790_000_000_000;
+    let project = Project::new(&redis_url());
+    let prefix = unique("hostile");
+    project.pipeline(
+        "hostile",
+        &format!("online:\n  key_prefix: {prefix}"),
+        "offline:\n  url: file://offline\n  rollover_interval: 1s",
+    );
+    let json_topic = format!("{}-json", project.topic);
+    std::fs::write(
+        project.path().join("connectors/deep.yaml"),
+        format!(
+            "name: deep\nsource:\n  topic: {json_topic}\n  subscription: deep\nschema:\n  file: schemas/user_profile.avsc\n  format: json\nentity:\n  keys: [user_id]\n  event_time: event_time\nonline:\n  key_prefix: {prefix}\noffline:\n  enabled: false\n"
+        ),
+    )
+    .expect("pipeline");
+    let huge_category = vec![b'x'; 1_000_000];
+    publish_raw(
+        &project.topic,
+        vec![
+            vec![0xab; 5_000_000],
+            profile(b"user-big", BASE, &huge_category),
+            profile(b"\xff\xfe-not-utf8", BASE, b"books"),
+            profile(b"user-after", BASE + 1, b"books"),
+        ],
+    )
+    .await;
+    let deep = format!(
+        "{{\"user_id\": \"user-deep\", \"event_time\": 1, \"purchases_30d\": {}1{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    publish_raw(&json_topic, vec![deep.into_bytes()]).await;
+
+    let connector = project.start();
+    wait_drained(
+        &project.topic,
+        &["hostile-online", "hostile-offline"],
+        Duration::from_secs(90),
+    )
+    .await;
+    wait_drained(&json_topic, &["deep-online"], Duration::from_secs(60)).await;
+    let rss = rss_mb(connector.pid());
+    let dead = read_dead_letters(&format!("{}-hostile-DLQ", project.topic), 2).await;
+    let deep_dead = read_dead_letters(&format!("{json_topic}-deep-DLQ"), 1).await;
+    let log = connector.log();
+    assert_eq!(connector.stop(), 0, "{log}");
+    assert_eq!(
+        dead.len(),
+        2,
+        "the 5 MB message and the non-UTF-8 one: {dead:?}"
+    );
+    assert!(
+        dead.iter()
+            .all(|p| p.get("reason").is_some_and(|r| !r.is_empty())),
+        "{dead:?}"
+    );
+    assert_eq!(deep_dead.len(), 1, "{deep_dead:?}");
+    println!(
+        "hostile corpus: reasons {:?} / {:?}, connector RSS {rss:.0} MB",
+        dead.iter()
+            .map(|p| p.get("reason").cloned().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        deep_dead
+            .iter()
+            .map(|p| p.get("reason").cloned().unwrap_or_default())
+            .collect::<Vec<_>>()
+    );
+    assert!(rss < 400.0, "RSS {rss:.0} MB after the corpus");
+    let mut redis = redis(&redis_url()).await;
+    let big: Vec<u8> = redis
+        .hget(format!("{prefix}:hostile:user-big"), "favourite_category")
+        .await
+        .expect("hget");
+    assert_eq!(
+        big.len(),
+        huge_category.len(),
+        "the 1 MB string is a valid value"
+    );
+    let after: Option<String> = redis
+        .hget(format!("{prefix}:hostile:user-after"), "favourite_category")
+        .await
+        .expect("hget");
+    assert_eq!(
+        after.as_deref(),
+        Some("books"),
+        "events after the bad ones are written"
+    );
+}
