@@ -6,6 +6,7 @@ mod common;
 mod deploy;
 mod end_to_end;
 mod feast;
+mod fuzz_regressions;
 mod isolation;
 mod offline;
 mod online;
