@@ -35,6 +35,7 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
         columns: columns.iter().map(|c| c.to_string()).collect(),
         entity_keys: vec!["user_id".into()],
         event_time: "event_time".into(),
+        reject_non_finite: true,
         capacity: 16,
     };
     // Messages without a schema version use the reader schema: no registry call is made.

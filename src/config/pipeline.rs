@@ -49,6 +49,10 @@ pub struct SchemaRef {
     /// Strategy between this schema and each writer version (Pulsar's names).
     #[serde(default)]
     pub compatibility: Compatibility,
+    /// `true`: an event with NaN or ±Infinity in a float/double feature goes to the
+    /// dead-letter topic (`non_finite_value`) instead of into the stores.
+    #[serde(default)]
+    pub reject_non_finite: bool,
 }
 
 /// Entity identity and event time.
@@ -86,6 +90,8 @@ pub struct PipelineConfig {
     pub format: PayloadFormat,
     /// Compatibility strategy.
     pub compatibility: Compatibility,
+    /// Whether NaN/±Infinity features are dead-lettered.
+    pub reject_non_finite: bool,
     /// Entity key fields, in order.
     pub entity_keys: Vec<String>,
     /// Event-time field.
@@ -115,6 +121,7 @@ impl PipelineConfig {
             reader: self.schema.clone(),
             format: self.format,
             compatibility: self.compatibility,
+            reject_non_finite: self.reject_non_finite,
             columns: self.row_layout().columns(),
             entity_keys: self.entity_keys.clone(),
             event_time: self.event_time.clone(),
@@ -385,6 +392,7 @@ fn check(
             schema,
             format: parsed.schema.format,
             compatibility: parsed.schema.compatibility,
+            reject_non_finite: parsed.schema.reject_non_finite,
             entity_keys: keys.value.clone(),
             event_time: event_time.value.clone(),
             features,

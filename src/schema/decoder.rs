@@ -6,8 +6,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{BooleanArray, RecordBatch};
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use arrow::datatypes::{DataType, Float32Type, Float64Type, Schema, SchemaRef};
 
 use super::classify::{classify, Expectations};
 use super::row_decoders::{arrow_schema_of, build_row_decoder, PayloadFormat, RowDecoder};
@@ -65,6 +65,8 @@ pub struct DecoderSpec {
     pub entity_keys: Vec<String>,
     /// Event-time column: rows whose event time is outside 1970..=9999 are rejected.
     pub event_time: String,
+    /// Rows with NaN or ±Infinity in a float/double column are rejected.
+    pub reject_non_finite: bool,
     /// Most messages per batch.
     pub capacity: usize,
 }
@@ -94,6 +96,18 @@ impl Clone for PayloadDecoder {
             writers: self.writers.clone(),
             row_decoders: RefCell::new(HashMap::new()),
         }
+    }
+}
+
+/// Whether row `row` of a Float32/Float64 column is null or a finite number.
+fn is_finite_or_null(column: &dyn Array, row: usize) -> bool {
+    if column.is_null(row) {
+        return true;
+    }
+    match column.data_type() {
+        DataType::Float32 => column.as_primitive::<Float32Type>().value(row).is_finite(),
+        DataType::Float64 => column.as_primitive::<Float64Type>().value(row).is_finite(),
+        _ => true,
     }
 }
 
@@ -368,24 +382,42 @@ impl PayloadDecoder {
         let Some(column) = batch.column_by_name(&self.spec.event_time) else {
             return Ok((batch, indices));
         };
+        let floats: Vec<(&str, &dyn Array)> = if self.spec.reject_non_finite {
+            self.spec
+                .columns
+                .iter()
+                .filter_map(|name| Some((name.as_str(), batch.column_by_name(name)?.as_ref())))
+                .filter(|(_, c)| matches!(c.data_type(), DataType::Float32 | DataType::Float64))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut keep = Vec::with_capacity(batch.num_rows());
         let mut kept = Vec::with_capacity(indices.len());
         for (row, index) in indices.into_iter().enumerate() {
-            let ok = event_time_millis(column, row)
+            let time_ok = event_time_millis(column, row)
                 .is_some_and(|ms| (0..=MAX_EVENT_TIME_MS).contains(&ms));
-            if ok {
-                kept.push(index);
-            } else {
-                failures.push(DecodeFailure {
+            let non_finite = floats
+                .iter()
+                .find(|(_, c)| !is_finite_or_null(*c, row))
+                .map(|(name, _)| *name);
+            match (time_ok, non_finite) {
+                (false, _) => failures.push(DecodeFailure {
                     index,
                     reason: "invalid_event_time",
                     detail: format!(
                         "event time `{}` is missing or outside 1970-01-01..9999-12-31",
                         self.spec.event_time
                     ),
-                });
+                }),
+                (true, Some(name)) => failures.push(DecodeFailure {
+                    index,
+                    reason: "non_finite_value",
+                    detail: format!("field {name} is NaN or infinite (schema.reject_non_finite)"),
+                }),
+                (true, None) => kept.push(index),
             }
-            keep.push(ok);
+            keep.push(time_ok && non_finite.is_none());
         }
         if kept.len() == keep.len() {
             return Ok((batch, kept));
@@ -461,6 +493,7 @@ mod tests {
             columns: vec!["n".into(), "id".into()],
             entity_keys: vec!["id".into()],
             event_time: "n".into(),
+            reject_non_finite: false,
             capacity: 16,
         };
         let mut decoder = PayloadDecoder::new(spec, registry).unwrap();
@@ -498,5 +531,79 @@ mod tests {
             "{:?}",
             decoded.failures[2]
         );
+    }
+
+    #[tokio::test]
+    async fn non_finite_features_are_rejected_when_the_pipeline_says_so() {
+        const FLOATS: &str = r#"{"type":"record","name":"f","fields":[
+            {"name":"id","type":"string"},{"name":"t","type":"long"},
+            {"name":"x","type":"double"},{"name":"y","type":["null","float"],"default":null}]}"#;
+        let reader = ReaderSchema::parse(std::path::Path::new("f.avsc"), FLOATS).unwrap();
+        let encode = |x: f64, y: Option<f32>| {
+            let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&reader.avro)
+                .build()
+                .unwrap();
+            let y = match y {
+                Some(y) => Value::Union(1, Box::new(Value::Float(y))),
+                None => Value::Union(0, Box::new(Value::Null)),
+            };
+            message(
+                writer
+                    .write_value_to_vec(Value::Record(vec![
+                        ("id".into(), Value::String("e".into())),
+                        ("t".into(), Value::Long(1)),
+                        ("x".into(), Value::Double(x)),
+                        ("y".into(), y),
+                    ]))
+                    .unwrap(),
+            )
+        };
+        let messages = vec![
+            encode(1.5, None),
+            encode(f64::NAN, Some(1.0)),
+            encode(2.0, Some(f32::INFINITY)),
+            encode(3.0, Some(0.5)),
+        ];
+        for (reject, rows, failed) in [
+            (true, vec![0, 3], vec![1, 2]),
+            (false, vec![0, 1, 2, 3], vec![]),
+        ] {
+            let spec = DecoderSpec {
+                topic: "persistent://public/default/f".into(),
+                reader: reader.clone(),
+                format: PayloadFormat::Avro,
+                compatibility: Compatibility::Backward,
+                columns: vec!["id".into(), "t".into(), "x".into(), "y".into()],
+                entity_keys: vec!["id".into()],
+                event_time: "t".into(),
+                reject_non_finite: reject,
+                capacity: 16,
+            };
+            let registry = SchemaRegistry::new(reqwest::Client::new(), "http://127.0.0.1:9");
+            let decoded = PayloadDecoder::new(spec, registry)
+                .unwrap()
+                .decode(&messages)
+                .await
+                .unwrap();
+            assert_eq!(decoded.row_messages, rows);
+            let failures: Vec<usize> = decoded.failures.iter().map(|f| f.index).collect();
+            assert_eq!(failures, failed);
+            assert!(decoded
+                .failures
+                .iter()
+                .all(|f| f.reason == "non_finite_value"));
+            if reject {
+                assert!(
+                    decoded.failures[0].detail.contains("field x"),
+                    "{:?}",
+                    decoded.failures
+                );
+                assert!(
+                    decoded.failures[1].detail.contains("field y"),
+                    "{:?}",
+                    decoded.failures
+                );
+            }
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! The bad-input corpus on the real broker: a 5 MB message, a 1 MB string, a string that is
-//! not UTF-8 and a JSON value nested 100,000 deep each end in the dead-letter topic with a
+//! not UTF-8, a NaN where the pipeline forbids it and a JSON value nested 100,000 deep each end in the dead-letter topic with a
 //! reason (or, for the big but valid string, in Redis), the pipeline keeps going and the
 //! connector's memory stays bounded.
 
@@ -28,14 +28,14 @@ fn bytes(value: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(value);
 }
 
-/// A `user_profile` datum with the given user id bytes and favourite category.
-fn profile(user_id: &[u8], event_time: i64, category: &[u8]) -> Vec<u8> {
+/// A `user_profile` datum with the given user id bytes, favourite category and basket.
+fn profile(user_id: &[u8], event_time: i64, category: &[u8], basket: f64) -> Vec<u8> {
     let mut out = Vec::new();
     bytes(user_id, &mut out);
     zigzag(event_time, &mut out);
     zigzag(7, &mut out); // purchases_30d
     zigzag(3, &mut out); // sessions_7d
-    out.extend_from_slice(&12.5f64.to_le_bytes()); // avg_basket_eur
+    out.extend_from_slice(&basket.to_le_bytes()); // avg_basket_eur
     out.extend_from_slice(&0.25f32.to_le_bytes()); // ctr_7d
     out.push(1); // is_premium
     bytes(category, &mut out);
@@ -61,8 +61,9 @@ async fn hostile_payloads_are_dead_lettered_and_the_pipeline_goes_on() {
     const BASE: i64 = 1_790_000_000_000;
     let project = Project::new(&redis_url());
     let prefix = unique("hostile");
-    project.pipeline(
+    project.pipeline_with_schema(
         "hostile",
+        "  file: schemas/user_profile.avsc\n  reject_non_finite: true",
         &format!("online:\n  key_prefix: {prefix}"),
         "offline:\n  url: file://offline\n  rollover_interval: 1s",
     );
@@ -79,9 +80,10 @@ async fn hostile_payloads_are_dead_lettered_and_the_pipeline_goes_on() {
         &project.topic,
         vec![
             vec![0xab; 5_000_000],
-            profile(b"user-big", BASE, &huge_category),
-            profile(b"\xff\xfe-not-utf8", BASE, b"books"),
-            profile(b"user-after", BASE + 1, b"books"),
+            profile(b"user-big", BASE, &huge_category, 12.5),
+            profile(b"\xff\xfe-not-utf8", BASE, b"books", 12.5),
+            profile(b"user-nan", BASE, b"books", f64::NAN),
+            profile(b"user-after", BASE + 1, b"books", 12.5),
         ],
     )
     .await;
@@ -101,14 +103,19 @@ async fn hostile_payloads_are_dead_lettered_and_the_pipeline_goes_on() {
     .await;
     wait_drained(&json_topic, &["deep-online"], Duration::from_secs(60)).await;
     let rss = rss_mb(connector.pid());
-    let dead = read_dead_letters(&format!("{}-hostile-DLQ", project.topic), 2).await;
+    let dead = read_dead_letters(&format!("{}-hostile-DLQ", project.topic), 3).await;
     let deep_dead = read_dead_letters(&format!("{json_topic}-deep-DLQ"), 1).await;
     let log = connector.log();
     assert_eq!(connector.stop(), 0, "{log}");
     assert_eq!(
         dead.len(),
-        2,
-        "the 5 MB message and the non-UTF-8 one: {dead:?}"
+        3,
+        "the 5 MB message, the non-UTF-8 and the NaN one: {dead:?}"
+    );
+    assert!(
+        dead.iter()
+            .any(|p| p.get("reason").map(String::as_str) == Some("non_finite_value")),
+        "{dead:?}"
     );
     assert!(
         dead.iter()

@@ -38,6 +38,7 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
         columns,
         entity_keys: vec!["user_id".into()],
         event_time: "event_time".into(),
+        reject_non_finite: true,
         capacity: 16,
     };
     PayloadDecoder::new(
