@@ -1,0 +1,266 @@
+"""Chaos suite (run it through scripts/chaos.sh): a stream of events while the connector is
+SIGKILLed and restarted, Redis, the S3 server and the broker are frozen (SIGSTOP) for a
+while, and bad events are injected; afterwards every promise is checked:
+
+  * Redis holds, for every entity, exactly the value of its latest event;
+  * the Parquet files on S3 hold every event exactly once;
+  * both subscriptions end with backlog 0;
+  * the dead-letter topic holds exactly the injected bad events.
+
+Faults are SIGSTOP/SIGCONT of the service processes (they become unreachable and keep their
+data: the test Redis and moto keep everything in memory, and the standalone broker is
+started with --wipe-data, so stopping them for real would lose what the check needs).
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pulsar
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(os.environ.get("FC_CHAOS_BIN", ROOT / "target/release/feature-connector"))
+STATE = Path(os.environ.get("FC_STATE_DIR", ROOT / ".services"))
+ADMIN = os.environ["PULSAR_ADMIN_URL"]
+BASE_MS = 1_795_000_000_000
+
+
+def log(message):
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def pid_of(name):
+    return int((STATE / f"{name}.pid").read_text().strip())
+
+
+def backlog(topic, subscription):
+    try:
+        with urllib.request.urlopen(f"{ADMIN}/admin/v2/persistent/{topic.removeprefix('persistent://')}/stats",
+                                    timeout=10) as r:
+            return json.load(r)["subscriptions"][subscription]["msgBacklog"]
+    except Exception:
+        return None
+
+
+def acked(port, sink):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except Exception:
+        return None
+    match = re.search(rf'feature_connector_messages_acked_total{{pipeline="chaos",sink="{sink}"}} (\d+)', text)
+    return int(match.group(1)) if match else 0
+
+
+class Connector:
+    def __init__(self, project, env, port):
+        self.project, self.env, self.port = project, env, port
+        self.proc = None
+        self.starts = 0
+
+    def start(self):
+        self.starts += 1
+        log_file = open(self.project / f"run-{self.starts}.log", "w")
+        self.proc = subprocess.Popen([str(BIN), "run", "--root", str(self.project)], env=self.env,
+                                     stdout=log_file, stderr=log_file, stdin=subprocess.DEVNULL)
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+def freeze(name, seconds, recovered, lane, connector, events):
+    """SIGSTOPs a service for `seconds`, then measures how long the lane takes to ack again."""
+    pid = pid_of(name)
+    log(f"{name}: frozen for {seconds} s")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    thawed = time.time()
+    # Recovery = until the lane acknowledges again (the offline lane only does so when its
+    # next file commits: up to rollover_interval later).
+    before = acked(connector.port, lane)
+    while time.time() - thawed < 300:
+        now = acked(connector.port, lane)
+        if now is not None and before is not None and now > before:
+            break
+        if now is not None and before is None:
+            before = now
+        time.sleep(0.1)
+    recovered.append((f"{name} frozen {seconds} s", time.time() - thawed))
+    log(f"{name}: thawed; {lane} lane acknowledging again after {time.time() - thawed:.1f} s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--entities", type=int, default=100_000)
+    ap.add_argument("--rate", type=int, default=10_000, help="events/s published")
+    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--bad", type=int, default=50, help="bad events injected")
+    ap.add_argument("--redis-freeze", type=int, default=30)
+    ap.add_argument("--s3-freeze", type=int, default=60)
+    ap.add_argument("--broker-freeze", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    run_id = uuid.uuid4().hex[:8]
+    topic = f"persistent://public/default/chaos-{run_id}"
+    prefix = f"chaos{run_id}"
+    s3_prefix = f"chaos-{run_id}"
+    project = Path(tempfile.mkdtemp(prefix="fc-chaos-"))
+    (project / "connectors").mkdir()
+    (project / "schemas").mkdir()
+    (project / "schemas/user_profile.avsc").write_text((ROOT / "schemas/user_profile.avsc").read_text())
+    (project / "connectors/chaos.yaml").write_text(f"""name: chaos
+source:
+  topic: {topic}
+  subscription: chaos
+schema:
+  file: schemas/user_profile.avsc
+entity:
+  keys: [user_id]
+  event_time: event_time
+online:
+  key_prefix: {prefix}
+offline:
+  url: s3://{os.environ['S3_BUCKET']}/{s3_prefix}
+  rollover_rows: 50000
+  rollover_interval: 5s
+""")
+    port = 19000 + rng.randrange(1000)
+    env = dict(os.environ, FC_HTTP_BIND=f"127.0.0.1:{port}", RUST_LOG="warn", FC_INSTANCE_ID="chaos",
+               AWS_ENDPOINT_URL=os.environ["S3_ENDPOINT"])
+    produce_seconds = args.events / args.rate
+    log(f"{args.events} events for {args.entities} entities at {args.rate}/s (~{produce_seconds:.0f} s) "
+        f"to {topic}; project {project}")
+    # The schema is registered by the first produce; the connector subscribes from the start.
+    subprocess.run([str(BIN), "produce", "--root", str(project), "--pipeline", "chaos", "--count", "1",
+                    "--entities", str(args.entities), "--base-ms", str(BASE_MS), "--start", "0"],
+                   env=env, check=True, capture_output=True)
+    connector = Connector(project, env, port)
+    connector.start()
+    producer = subprocess.Popen(
+        [str(BIN), "produce", "--root", str(project), "--pipeline", "chaos", "--count", str(args.events - 1),
+         "--start", "1", "--entities", str(args.entities), "--base-ms", str(BASE_MS), "--batch", "100",
+         "--rate", str(args.rate)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = time.time()
+
+    client = pulsar.Client(os.environ["PULSAR_URL"], logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    raw = client.create_producer(topic)
+    bad_at = sorted(rng.uniform(1, produce_seconds) for _ in range(args.bad))
+    kill_at = sorted(rng.uniform(2, produce_seconds + 20) for _ in range(args.kills))
+    recovered = []
+    freezes = [
+        (0.25 * produce_seconds, "redis", args.redis_freeze, "online"),
+        (0.40 * produce_seconds, "s3", args.s3_freeze, "offline"),
+        (0.70 * produce_seconds, "pulsar", args.broker_freeze, "online"),
+    ]
+    threads = []
+    kills = 0
+    while bad_at or kill_at or freezes:
+        now = time.time() - started
+        if bad_at and now >= bad_at[0]:
+            bad_at.pop(0)
+            raw.send(os.urandom(rng.randrange(1, 64)), partition_key="bad")
+        if kill_at and now >= kill_at[0]:
+            kill_at.pop(0)
+            connector.kill()
+            kills += 1
+            connector.start()
+        if freezes and now >= freezes[0][0]:
+            _, name, seconds, lane = freezes.pop(0)
+            thread = threading.Thread(target=freeze, args=(name, seconds, recovered, lane, connector, args.events))
+            thread.start()
+            threads.append(thread)
+        time.sleep(0.02)
+    log(f"{kills} kills done; waiting for the outages and the producer")
+    for thread in threads:
+        thread.join()
+    out, err = producer.communicate(timeout=900)
+    if producer.returncode != 0:
+        raise SystemExit(f"the producer failed: {err[-2000:]}")
+    log(out.strip().splitlines()[-1])
+    drained_from = time.time()
+    while not (backlog(topic, "chaos-online") == 0 and backlog(topic, "chaos-offline") == 0):
+        if time.time() - drained_from > 600:
+            raise SystemExit("the subscriptions did not drain within 10 minutes")
+        time.sleep(0.5)
+    log(f"drained {time.time() - drained_from:.1f} s after the last event was published")
+    exit_code = connector.stop()
+
+    # Redis: each entity holds its latest event (event i belongs to entity i % E, time BASE + i).
+    r = redis.Redis.from_url(os.environ["REDIS_URL"])
+    wrong = 0
+    pipe = r.pipeline(transaction=False)
+    for entity in range(args.entities):
+        pipe.hget(f"{prefix}:chaos:user-{entity}", "_ts")
+    stored = pipe.execute()
+    for entity, ts in enumerate(stored):
+        last = args.events - args.entities + entity if args.events >= args.entities else entity
+        if entity >= args.events or ts is None or int(ts) != BASE_MS + last:
+            wrong += 1
+    # Parquet: every event exactly once.
+    s3 = pafs.S3FileSystem(access_key=os.environ["AWS_ACCESS_KEY_ID"], secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+                           endpoint_override=os.environ["S3_ENDPOINT"], region="us-east-1")
+    table = ds.dataset(f"{os.environ['S3_BUCKET']}/{s3_prefix}/chaos", filesystem=s3, format="parquet",
+                       partitioning="hive").to_table(columns=["event_time"])
+    times = table.column("event_time").cast("int64").to_pylist()
+    unique = set(times)
+    duplicated = len(times) - len(unique)
+    lost = args.events - len(unique)
+    # Dead letters: exactly the injected ones. Publishing to the DLQ is at-least-once (a kill
+    # between the publish and the acknowledgement publishes again), so count distinct
+    # originals, and check that none of them is a good event.
+    reader = client.create_reader(f"{topic}-chaos-DLQ", pulsar.MessageId.earliest)
+    originals, dead_messages, good_dead = set(), 0, 0
+    while True:
+        try:
+            message = reader.read_next(timeout_millis=3000)
+        except Exception:
+            break
+        dead_messages += 1
+        properties = message.properties()
+        originals.add(properties.get("original_message_id"))
+        if message.partition_key() != "bad":
+            good_dead += 1
+    dead = len(originals)
+    client.close()
+    report = {
+        "events": args.events, "entities": args.entities, "kills": kills,
+        "outages": [name for name, _ in recovered],
+        "recovery_seconds": {name: round(seconds, 1) for name, seconds in recovered},
+        "parquet_rows": len(times), "lost": lost, "duplicated": duplicated,
+        "redis_entities_wrong": wrong, "dead_letters": dead, "dead_letter_messages": dead_messages,
+        "good_events_dead_lettered": good_dead, "bad_injected": args.bad,
+        "final_exit_code": exit_code, "seconds": round(time.time() - started, 1),
+    }
+    print(json.dumps(report, indent=2))
+    ok = (lost == 0 and duplicated == 0 and wrong == 0 and dead == args.bad and good_dead == 0
+          and exit_code == 0)
+    log("PASS" if ok else "FAIL")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
