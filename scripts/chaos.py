@@ -88,7 +88,21 @@ class Connector:
         return self.proc.wait(timeout=60)
 
 
-def freeze(name, seconds, recovered, lane, connector, events):
+def wait_for_acks(connector, lane, since):
+    """Seconds from `since` until the lane acknowledges again (the offline lane only does so
+    when its next file commits: up to rollover_interval later); gives up after 300 s."""
+    before = acked(connector.port, lane)
+    while time.time() - since < 300:
+        now = acked(connector.port, lane)
+        if now is not None and before is not None and now > before:
+            break
+        if now is not None and before is None:
+            before = now
+        time.sleep(0.1)
+    return time.time() - since
+
+
+def freeze(name, seconds, recovered, lane, connector):
     """SIGSTOPs a service for `seconds`, then measures how long the lane takes to ack again."""
     pid = pid_of(name)
     log(f"{name}: frozen for {seconds} s")
@@ -98,18 +112,9 @@ def freeze(name, seconds, recovered, lane, connector, events):
     finally:
         os.kill(pid, signal.SIGCONT)
     thawed = time.time()
-    # Recovery = until the lane acknowledges again (the offline lane only does so when its
-    # next file commits: up to rollover_interval later).
-    before = acked(connector.port, lane)
-    while time.time() - thawed < 300:
-        now = acked(connector.port, lane)
-        if now is not None and before is not None and now > before:
-            break
-        if now is not None and before is None:
-            before = now
-        time.sleep(0.1)
-    recovered.append((f"{name} frozen {seconds} s", time.time() - thawed))
-    log(f"{name}: thawed; {lane} lane acknowledging again after {time.time() - thawed:.1f} s")
+    seconds_to_ack = wait_for_acks(connector, lane, thawed)
+    recovered.append((f"{name} frozen {seconds} s", seconds_to_ack))
+    log(f"{name}: thawed; {lane} lane acknowledging again after {seconds_to_ack:.1f} s")
 
 
 def restart_broker(recovered, connector):
@@ -119,17 +124,10 @@ def restart_broker(recovered, connector):
     subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "restart-pulsar"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ready = time.time()
-    before = acked(connector.port, "online")
-    while time.time() - ready < 300:
-        now = acked(connector.port, "online")
-        if now is not None and before is not None and now > before:
-            break
-        if now is not None and before is None:
-            before = now
-        time.sleep(0.1)
-    recovered.append((f"broker restarted ({ready - began:.0f} s down)", time.time() - ready))
+    seconds_to_ack = wait_for_acks(connector, "online", ready)
+    recovered.append((f"broker restarted ({ready - began:.0f} s down)", seconds_to_ack))
     log(f"pulsar: back after {ready - began:.1f} s; online lane acknowledging again "
-        f"{time.time() - ready:.1f} s later")
+        f"{seconds_to_ack:.1f} s later")
 
 
 def main():
@@ -214,7 +212,7 @@ offline:
             if name == "pulsar":
                 thread = threading.Thread(target=restart_broker, args=(recovered, connector))
             else:
-                thread = threading.Thread(target=freeze, args=(name, seconds, recovered, lane, connector, args.events))
+                thread = threading.Thread(target=freeze, args=(name, seconds, recovered, lane, connector))
             thread.start()
             threads.append(thread)
         time.sleep(0.02)

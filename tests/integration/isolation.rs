@@ -80,18 +80,7 @@ async fn a_pipeline_with_its_store_down_does_not_stall_the_others() {
     assert_eq!(connector.stop(), 0, "{log}");
     assert_newest_values(&good_prefix, "good", EVENTS, ENTITIES).await;
     assert_newest_values(&stuck_prefix, "stuck", EVENTS, ENTITIES).await;
-    let store: std::sync::Arc<dyn object_store::ObjectStore> = std::sync::Arc::new(
-        object_store::aws::AmazonS3Builder::new()
-            .with_bucket_name(&bucket)
-            .with_endpoint(s3_endpoint())
-            .with_region("us-east-1")
-            .with_access_key_id("testing")
-            .with_secret_access_key("testing")
-            .with_allow_http(true)
-            .with_virtual_hosted_style_request(false)
-            .build()
-            .expect("s3 store"),
-    );
+    let store = s3_store_for(&bucket);
     let rows: usize = read_parquet(store, "features/stuck")
         .await
         .iter()

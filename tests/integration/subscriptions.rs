@@ -98,34 +98,10 @@ async fn failover_moves_to_the_standby_when_the_active_replica_dies() {
     assert_newest_values(&prefix, "fo", EVENTS, ENTITIES).await;
     // The standby re-reads the committed files when it takes the partition over, so files
     // the killed replica committed but did not acknowledge are not written twice.
-    let store: std::sync::Arc<dyn object_store::ObjectStore> = std::sync::Arc::new(
-        object_store::local::LocalFileSystem::new_with_prefix(project.path().join("offline"))
-            .expect("local store"),
+    assert_eq!(
+        unique_events(local_offline_store(&project), "fo").await,
+        EVENTS as usize
     );
-    let mut seen = std::collections::HashSet::new();
-    for (file, batch) in read_parquet(store, "fo").await {
-        let users = batch.column_by_name("user_id").expect("user_id");
-        let users = users
-            .as_any()
-            .downcast_ref::<arrow::array::StringArray>()
-            .expect("strings");
-        let times = arrow::compute::cast(
-            batch.column_by_name("event_time").expect("event_time"),
-            &arrow::datatypes::DataType::Int64,
-        )
-        .expect("cast");
-        let times = times
-            .as_any()
-            .downcast_ref::<arrow::array::Int64Array>()
-            .expect("int64");
-        for row in 0..batch.num_rows() {
-            assert!(
-                seen.insert((users.value(row).to_string(), times.value(row))),
-                "duplicate row {row} in {file}"
-            );
-        }
-    }
-    assert_eq!(seen.len(), EVENTS as usize);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

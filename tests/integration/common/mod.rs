@@ -392,9 +392,14 @@ pub async fn read_parquet(store: Arc<dyn ObjectStore>, prefix: &str) -> Vec<(Str
 
 /// The S3-compatible test store.
 pub fn s3_store() -> Arc<dyn ObjectStore> {
+    s3_store_for(S3_BUCKET)
+}
+
+/// Bucket `bucket` of the S3-compatible test server.
+pub fn s3_store_for(bucket: &str) -> Arc<dyn ObjectStore> {
     Arc::new(
         object_store::aws::AmazonS3Builder::new()
-            .with_bucket_name(S3_BUCKET)
+            .with_bucket_name(bucket)
             .with_endpoint(s3_endpoint())
             .with_region("us-east-1")
             .with_access_key_id("testing")
@@ -404,6 +409,43 @@ pub fn s3_store() -> Arc<dyn ObjectStore> {
             .build()
             .expect("s3 store"),
     )
+}
+
+/// The project's local offline store (`file://offline`).
+pub fn local_offline_store(project: &Project) -> Arc<dyn ObjectStore> {
+    Arc::new(
+        object_store::local::LocalFileSystem::new_with_prefix(project.path().join("offline"))
+            .expect("local store"),
+    )
+}
+
+/// Number of rows under `prefix`, asserting no `(user_id, event_time)` appears twice.
+pub async fn unique_events(store: Arc<dyn ObjectStore>, prefix: &str) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    for (file, batch) in read_parquet(store, prefix).await {
+        let users = batch.column_by_name("user_id").expect("user_id column");
+        let users = users
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .expect("strings");
+        assert_eq!(arrow::array::Array::null_count(users), 0, "{file}");
+        let times = arrow::compute::cast(
+            batch.column_by_name("event_time").expect("event_time"),
+            &arrow::datatypes::DataType::Int64,
+        )
+        .expect("cast");
+        let times = times
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .expect("int64");
+        for row in 0..batch.num_rows() {
+            assert!(
+                seen.insert((users.value(row).to_string(), times.value(row))),
+                "row {row} of {file} is a duplicate"
+            );
+        }
+    }
+    seen.len()
 }
 
 /// Creates namespace `public/{namespace}` with the given schema compatibility strategy.
