@@ -162,10 +162,10 @@ def dir_bytes(path):
     return sum(f.stat().st_size for f in Path(path).rglob("*.parquet"))
 
 
-def run_connector_closed_loop(topic, events, work):
+def run_connector_closed_loop(topic, events, work, subscription="bench"):
     port = free_port()
     offline = work / "offline-connector"
-    env = connector_env(topic, "bench", offline, port)
+    env = connector_env(topic, subscription, offline, port)
     connector = Process([str(BIN), "run", "--root", str(BENCH)], env=env, log_path=work / "connector.log",
                         stdin=subprocess.DEVNULL)
     wait_ready(port)
@@ -173,7 +173,8 @@ def run_connector_closed_loop(topic, events, work):
     online_done = None
     while True:
         connector.sample()
-        online, offline_backlog = backlog(topic, "bench-online"), backlog(topic, "bench-offline")
+        online = backlog(topic, f"{subscription}-online")
+        offline_backlog = backlog(topic, f"{subscription}-offline")
         if online == 0 and online_done is None:
             online_done = time.time() - started
         if online == 0 and offline_backlog == 0:
@@ -288,6 +289,23 @@ def broker_delivery_latency(rate, seconds, work):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def only(args, work):
+    """One part of the benchmark, for before/after comparisons while profiling."""
+    if args.only == "open":
+        result = run_open_loop(args.schedule, work)
+    else:
+        topic = args.reuse_topic or f"persistent://public/bench/closed-{uuid.uuid4().hex[:8]}"
+        if not args.reuse_topic:
+            log(f"publishing {args.events} events to {topic}")
+            produce(topic, ["--count", str(args.events)], connector_env(topic, "bench", work / "o", 0))
+        events = topic_stats(topic)["msgInCounter"]
+        result = run_connector_closed_loop(topic, events, work, subscription=f"bench-{uuid.uuid4().hex[:6]}")
+        result["topic"] = topic
+        result["cpu_us_per_event"] = result["cpu_seconds"] * 1e6 / events
+    print(json.dumps(result))
+    log(f"work dir {work}")
+
+
 def fmt(value, digits=0):
     if value is None:
         return "–"
@@ -303,10 +321,18 @@ def main():
     ap.add_argument("--schedule", default="20000:20s,200000:10s,20000:10s")
     ap.add_argument("--python", required=True, help="the venv python with the peers' packages")
     ap.add_argument("--out", type=Path, default=BENCH / "results/latest.md")
+    ap.add_argument("--only", choices=["closed", "open"],
+                    help="profiling aid: only the connector's closed loop, or only the open loop "
+                         "(prints JSON, writes no table)")
+    ap.add_argument("--reuse-topic", help="with --only closed: drain this already published topic "
+                                          "under a new subscription instead of publishing")
     args = ap.parse_args()
     ENTITIES = args.entities
     work = Path(tempfile.mkdtemp(prefix="fc-bench-"))
     ensure_namespace()
+    if args.only:
+        only(args, work)
+        return
     topic = f"persistent://public/bench/closed-{uuid.uuid4().hex[:8]}"
     env = connector_env(topic, "bench", work / "offline", 0)
     rows = []
