@@ -6,7 +6,8 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisResult, Script, TlsCertificates,
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisResult, Script,
+    ServerErrorKind, TlsCertificates,
 };
 use serde::Deserialize;
 
@@ -126,35 +127,30 @@ impl RedisConnection {
         }
     }
 
-    /// Runs one script call per entry of `keys_and_args` (`KEYS[1]`, then `ARGV`), loading
-    /// the script where a server does not know it (also after a restart emptied its cache).
-    pub async fn invoke_all(
-        &mut self,
-        script: &Script,
-        calls: &[(Vec<u8>, Vec<Vec<u8>>)],
-    ) -> RedisResult<()> {
+    /// Runs `calls` (`EVALSHA`s of `script`): one pipelined round trip on a single server,
+    /// loading the script first (also after a restart emptied its cache); on a cluster each
+    /// is routed by its key, all in flight at once, loading the script where a node lacks it.
+    pub async fn invoke_all(&mut self, script: &Script, calls: &[Cmd]) -> RedisResult<()> {
         match self {
             RedisConnection::Single(connection) => {
-                let mut pipe = redis::pipe();
+                let mut pipe = redis::Pipeline::with_capacity(calls.len() + 1);
                 pipe.load_script(script).ignore();
-                for (key, args) in calls {
-                    let mut invocation = script.key(key.as_slice());
-                    for arg in args {
-                        invocation.arg(arg.as_slice());
-                    }
-                    pipe.invoke_script(&invocation).ignore();
+                for call in calls {
+                    pipe.add_command(call.clone()).ignore();
                 }
                 pipe.query_async::<()>(connection).await
             }
             RedisConnection::Cluster(connection) => {
-                let calls = calls.iter().map(|(key, args)| {
+                let calls = calls.iter().map(|call| {
                     let mut connection = connection.clone();
                     async move {
-                        let mut invocation = script.key(key.as_slice());
-                        for arg in args {
-                            invocation.arg(arg.as_slice());
+                        match call.query_async::<i64>(&mut connection).await {
+                            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                                script.load_async(&mut connection).await?;
+                                call.query_async::<i64>(&mut connection).await
+                            }
+                            outcome => outcome,
                         }
-                        invocation.invoke_async::<i64>(&mut connection).await
                     }
                 });
                 futures::future::try_join_all(calls).await.map(|_| ())

@@ -10,7 +10,8 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Float32Type, Float64Type, Int32Type, Int64Type, TimeUnit};
 use arrow::error::ArrowError;
 
-use super::layout::{column, newest_per_entity, EntityWrite};
+use super::calls::EntityWrites;
+use super::layout::{column, newest_per_entity};
 use crate::record::{event_time_millis, RowLayout};
 
 /// Builds Redis writes in Feast's layout for one feature view.
@@ -118,37 +119,37 @@ impl FeastLayout {
         Ok(Some(out))
     }
 
-    /// One write per entity, with Feast's field names and `Value` bytes.
-    pub fn entity_writes(&self, rows: &RecordBatch) -> Result<Vec<EntityWrite>, ArrowError> {
-        let keys: Vec<Option<Vec<u8>>> = (0..rows.num_rows())
+    /// Hands `out` one write per entity, with Feast's field names and `Value` bytes.
+    pub fn write_entities(
+        &self,
+        rows: &RecordBatch,
+        out: &mut dyn EntityWrites,
+    ) -> Result<(), ArrowError> {
+        let mut keys: Vec<Option<Vec<u8>>> = (0..rows.num_rows())
             .map(|row| self.key(rows, row))
             .collect::<Result<_, _>>()?;
-        let newest = newest_per_entity(rows, &self.layout, |row| keys[row].clone())?;
+        let newest = newest_per_entity(rows, &self.layout, |row| keys[row].take())?;
         let features = self
             .layout
             .features
             .iter()
             .map(|name| column(rows, name))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut writes = Vec::with_capacity(newest.len());
         for (key, event_time_ms, row) in newest {
-            let mut set = Vec::with_capacity(features.len());
-            let mut delete = Vec::new();
+            let sets = features.iter().filter(|c| !c.is_null(row)).count();
+            out.entity(&key, event_time_ms, &encode_timestamp(event_time_ms), sets);
             for (values, field) in features.iter().zip(&self.field_names) {
-                if values.is_null(row) {
-                    delete.push(field.clone());
-                } else {
-                    set.push((field.clone(), encode_value(values, row)?));
+                if !values.is_null(row) {
+                    out.set(field, &encode_value(values, row)?);
                 }
             }
-            writes.push(EntityWrite {
-                key,
-                event_time_ms,
-                set,
-                delete,
-            });
+            for (values, field) in features.iter().zip(&self.field_names) {
+                if values.is_null(row) {
+                    out.delete(field);
+                }
+            }
         }
-        Ok(writes)
+        Ok(())
     }
 }
 

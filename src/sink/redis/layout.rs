@@ -7,12 +7,14 @@
 //! feature removes its field.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
+use super::calls::EntityWrites;
 use super::feast::FeastLayout;
 use crate::record::{event_time_millis, RowLayout};
 
@@ -85,12 +87,24 @@ impl Layout {
         }
     }
 
-    /// One write per entity: the row with the greatest event time (the later row on a tie).
-    pub fn entity_writes(&self, rows: &RecordBatch) -> Result<Vec<EntityWrite>, ArrowError> {
+    /// Hands `out` one write per entity: the row with the greatest event time (the later
+    /// row on a tie).
+    pub fn write_entities(
+        &self,
+        rows: &RecordBatch,
+        out: &mut dyn EntityWrites,
+    ) -> Result<(), ArrowError> {
         match self {
-            Layout::Native(native) => native.entity_writes(rows),
-            Layout::Feast(feast) => feast.entity_writes(rows),
+            Layout::Native(native) => native.write_entities(rows, out),
+            Layout::Feast(feast) => feast.write_entities(rows, out),
         }
+    }
+
+    /// The same writes as owned values.
+    pub fn entity_writes(&self, rows: &RecordBatch) -> Result<Vec<EntityWrite>, ArrowError> {
+        let mut writes = Vec::new();
+        self.write_entities(rows, &mut writes)?;
+        Ok(writes)
     }
 }
 
@@ -105,7 +119,7 @@ pub fn column<'a>(rows: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, Arr
 pub fn newest_per_entity(
     rows: &RecordBatch,
     layout: &RowLayout,
-    key_of: impl Fn(usize) -> Option<Vec<u8>>,
+    mut key_of: impl FnMut(usize) -> Option<Vec<u8>>,
 ) -> Result<Vec<(Vec<u8>, i64, usize)>, ArrowError> {
     let time_column = column(rows, &layout.event_time)?;
     let mut newest: HashMap<Vec<u8>, (i64, usize)> = HashMap::with_capacity(rows.num_rows());
@@ -125,7 +139,8 @@ pub fn newest_per_entity(
         .into_iter()
         .map(|(k, (ts, row))| (k, ts, row))
         .collect();
-    out.sort();
+    // Keys are unique here, so an unstable sort is as deterministic and cheaper.
+    out.sort_unstable();
     Ok(out)
 }
 
@@ -152,7 +167,11 @@ impl NativeLayout {
         }
     }
 
-    fn entity_writes(&self, rows: &RecordBatch) -> Result<Vec<EntityWrite>, ArrowError> {
+    fn write_entities(
+        &self,
+        rows: &RecordBatch,
+        out: &mut dyn EntityWrites,
+    ) -> Result<(), ArrowError> {
         let options = FormatOptions::default().with_null("");
         let key_columns = self
             .layout
@@ -164,55 +183,72 @@ impl NativeLayout {
             .iter()
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<Result<Vec<_>, _>>()?;
+        // Text is formatted into these two buffers and copied from there: no allocation per
+        // row or value beyond the entity key itself.
+        let mut text = String::new();
+        let mut format_error = None;
         let newest = newest_per_entity(rows, &self.layout, |row| {
             if key_columns.iter().any(|c| c.is_null(row)) {
                 return None;
             }
-            let values: Vec<String> = key_formatters
-                .iter()
-                .map(|f| f.value(row).to_string())
-                .collect();
-            Some(entity_key(&self.prefix, &self.view, &values).into_bytes())
+            text.clear();
+            text.push_str(&self.prefix);
+            text.push(':');
+            text.push_str(&self.view);
+            for formatter in &key_formatters {
+                text.push(':');
+                if let Err(e) = formatter.value(row).write(&mut text) {
+                    format_error.get_or_insert(e);
+                }
+            }
+            Some(text.as_bytes().to_vec())
         })?;
+        if let Some(e) = format_error {
+            return Err(e);
+        }
         let features = self
             .layout
             .features
             .iter()
-            .map(|name| Ok((name.as_str(), column(rows, name)?)))
+            .map(|name| Ok((name.as_bytes(), column(rows, name)?)))
             .collect::<Result<Vec<_>, ArrowError>>()?;
         let formatters = features
             .iter()
             .map(|(_, c)| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(newest
-            .into_iter()
-            .map(|(key, event_time_ms, row)| {
-                let mut set = Vec::with_capacity(features.len());
-                let mut delete = Vec::new();
-                for ((name, column), formatter) in features.iter().zip(&formatters) {
-                    let field = name.as_bytes().to_vec();
-                    if column.is_null(row) {
-                        delete.push(field);
-                        continue;
+        let mut time_text = String::new();
+        for (key, event_time_ms, row) in newest {
+            let sets = features.iter().filter(|(_, c)| !c.is_null(row)).count();
+            time_text.clear();
+            let _ = write!(time_text, "{event_time_ms}");
+            out.entity(&key, event_time_ms, time_text.as_bytes(), sets);
+            for ((field, column), formatter) in features.iter().zip(&formatters) {
+                if column.is_null(row) {
+                    continue;
+                }
+                match column.data_type() {
+                    DataType::Binary => out.set(field, column.as_binary::<i32>().value(row)),
+                    DataType::LargeBinary => out.set(field, column.as_binary::<i64>().value(row)),
+                    DataType::FixedSizeBinary(_) => {
+                        out.set(field, column.as_fixed_size_binary().value(row));
                     }
-                    let value = match column.data_type() {
-                        DataType::Binary => column.as_binary::<i32>().value(row).to_vec(),
-                        DataType::LargeBinary => column.as_binary::<i64>().value(row).to_vec(),
-                        DataType::FixedSizeBinary(_) => {
-                            column.as_fixed_size_binary().value(row).to_vec()
-                        }
-                        _ => formatter.value(row).to_string().into_bytes(),
-                    };
-                    set.push((field, value));
+                    DataType::Utf8 => {
+                        out.set(field, column.as_string::<i32>().value(row).as_bytes())
+                    }
+                    _ => {
+                        text.clear();
+                        formatter.value(row).write(&mut text)?;
+                        out.set(field, text.as_bytes());
+                    }
                 }
-                EntityWrite {
-                    key,
-                    event_time_ms,
-                    set,
-                    delete,
+            }
+            for (field, column) in &features {
+                if column.is_null(row) {
+                    out.delete(field);
                 }
-            })
-            .collect())
+            }
+        }
+        Ok(())
     }
 }
 

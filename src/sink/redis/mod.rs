@@ -1,5 +1,6 @@
 //! The Redis online sink: one hash per entity, newest event time wins.
 
+mod calls;
 mod config;
 mod connection;
 mod feast;

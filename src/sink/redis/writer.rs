@@ -3,12 +3,13 @@
 use async_trait::async_trait;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
-use redis::Script;
+use redis::{Cmd, Script};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::calls::ScriptCalls;
 use super::feast::FeastLayout;
-use super::layout::{EntityWrite, Layout, NativeLayout};
+use super::layout::{Layout, NativeLayout};
 use super::{LayoutKind, RedisClient, RedisConnection};
 use super::{OnlineSinkConfig, RedisServiceConfig};
 use crate::record::{RowBatch, RowLayout};
@@ -56,8 +57,6 @@ struct Writer {
     cancel: CancellationToken,
 }
 
-type Call = (Vec<u8>, Vec<Vec<u8>>);
-
 impl Writer {
     async fn connection(&mut self) -> Result<RedisConnection, redis::RedisError> {
         if let Some(connection) = &self.connection {
@@ -71,7 +70,7 @@ impl Writer {
     /// Writes `calls` until Redis takes them (backing off while it is down) or shutdown.
     async fn write_until_done(
         mut self,
-        calls: Vec<Call>,
+        calls: Vec<Cmd>,
         positions: Vec<MessagePosition>,
     ) -> Result<Vec<MessagePosition>, SinkError> {
         let mut backoff = Backoff::default();
@@ -157,31 +156,18 @@ impl RedisSink {
         })
     }
 
-    fn calls(&self, writes: Vec<EntityWrite>) -> Vec<Call> {
-        let time_encoding = self
-            .layout
-            .time_encoding()
-            .script_name()
-            .as_bytes()
-            .to_vec();
-        writes
-            .into_iter()
-            .map(|write| {
-                let mut args = Vec::with_capacity(6 + 2 * write.set.len() + write.delete.len());
-                args.push(write.event_time_ms.to_string().into_bytes());
-                args.push(self.ttl_ms.to_string().into_bytes());
-                args.push(self.time_field.clone());
-                args.push(time_encoding.clone());
-                args.push(self.layout.time_value(write.event_time_ms));
-                args.push(write.set.len().to_string().into_bytes());
-                for (field, value) in write.set {
-                    args.push(field);
-                    args.push(value);
-                }
-                args.extend(write.delete);
-                (write.key, args)
-            })
-            .collect()
+    /// One latest-wins script call per entity of `batch`.
+    fn calls(&self, batch: &RowBatch) -> Result<Vec<Cmd>, SinkError> {
+        let mut calls = ScriptCalls::new(
+            &self.writer.script,
+            self.ttl_ms,
+            &self.time_field,
+            self.layout.time_encoding().script_name(),
+        );
+        self.layout
+            .write_entities(&batch.rows, &mut calls)
+            .map_err(|e| SinkError::Fatal(format!("building Redis writes: {e}")))?;
+        Ok(calls.into_commands())
     }
 
     /// Collects finished batches (all when `wait_all`), oldest first, stopping at the
@@ -223,11 +209,7 @@ impl Sink for RedisSink {
     }
 
     async fn write(&mut self, batch: RowBatch) -> Result<Vec<MessagePosition>, SinkError> {
-        let writes = self
-            .layout
-            .entity_writes(&batch.rows)
-            .map_err(|e| SinkError::Fatal(format!("building Redis writes: {e}")))?;
-        let calls = self.calls(writes);
+        let calls = self.calls(&batch)?;
         let writer = self.writer.clone();
         self.in_flight.push_back(tokio::spawn(
             writer.write_until_done(calls, batch.positions),
