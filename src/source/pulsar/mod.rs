@@ -278,25 +278,32 @@ impl PulsarSource {
 
     /// A received message as the pipeline sees it.
     pub fn message(message: pulsar::consumer::Message<Vec<u8>>) -> SourceMessage {
-        let metadata = &message.payload.metadata;
+        // Fields are moved out, not cloned: this runs once per message.
+        let pulsar::consumer::Message {
+            topic,
+            payload,
+            message_id,
+            ..
+        } = message;
+        let metadata = payload.metadata;
         SourceMessage {
             schema_version: metadata
                 .schema_version
                 .as_deref()
                 .and_then(crate::schema::decode_schema_version),
-            key: metadata.partition_key.clone(),
+            key: metadata.partition_key,
             publish_time_ms: metadata.publish_time,
             properties: metadata
                 .properties
-                .iter()
-                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .into_iter()
+                .map(|kv| (kv.key, kv.value))
                 .collect(),
             position: MessagePosition {
-                topic: message.topic.clone(),
-                id: message.message_id.id.clone(),
-                batch_size: message.message_id.batch_size,
+                topic,
+                id: message_id.id,
+                batch_size: message_id.batch_size,
             },
-            payload: message.payload.data,
+            payload: payload.data,
         }
     }
 }
