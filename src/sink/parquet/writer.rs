@@ -1,6 +1,6 @@
 //! Buffers rows and commits them as Parquet files; acknowledges only committed rows.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -270,26 +270,33 @@ impl ParquetSink {
             (first.display_id(), last.display_id(), first.topic.clone());
         let fatal =
             |what: &str, e: &dyn std::fmt::Display| SinkError::Fatal(format!("{what}: {e}"));
-        let rows = arrow::compute::concat_batches(&self.schema, &self.buffered)
-            .map_err(|e| fatal("assembling rows", &e))?;
-        let parts = split(
-            &rows,
-            &self.event_time,
-            self.config.partition_by,
-            self.config.partition_granularity,
-            chrono::Utc::now().timestamp_millis(),
-        )
-        .map_err(|e| fatal("partitioning rows", &e))?;
+        // Batches go to the encoder as they were buffered, split per partition: concatenating
+        // them first held a second copy of every row in memory while encoding.
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let mut parts: BTreeMap<String, Vec<RecordBatch>> = BTreeMap::new();
+        for batch in std::mem::take(&mut self.buffered) {
+            let split = split(
+                &batch,
+                &self.event_time,
+                self.config.partition_by,
+                self.config.partition_granularity,
+                now_ms,
+            )
+            .map_err(|e| fatal("partitioning rows", &e))?;
+            for (dir, rows) in split {
+                parts.entry(dir).or_default().push(rows);
+            }
+        }
         let properties = self.properties(&first_id, &last_id, &topic, parts.len())?;
         let schema = self.schema.clone();
         let encoded = tokio::task::spawn_blocking(move || {
             parts
                 .into_iter()
-                .map(|(dir, batch)| {
+                .map(|(dir, batches)| {
                     Ok((
                         dir,
-                        batch.num_rows(),
-                        encode(schema.clone(), &[batch], properties.clone())?,
+                        batches.iter().map(RecordBatch::num_rows).sum::<usize>(),
+                        encode(schema.clone(), &batches, properties.clone())?,
                     ))
                 })
                 .collect::<Result<Vec<_>, parquet::errors::ParquetError>>()
