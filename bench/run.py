@@ -298,7 +298,8 @@ def only(args, work):
         if not args.reuse_topic:
             log(f"publishing {args.events} events to {topic}")
             produce(topic, ["--count", str(args.events)], connector_env(topic, "bench", work / "o", 0))
-        events = topic_stats(topic)["msgInCounter"]
+        # The broker's counters restart with it: a reused topic holds --events events.
+        events = args.events
         result = run_connector_closed_loop(topic, events, work, subscription=f"bench-{uuid.uuid4().hex[:6]}")
         result["topic"] = topic
         result["cpu_us_per_event"] = result["cpu_seconds"] * 1e6 / events
@@ -325,7 +326,8 @@ def main():
                     help="profiling aid: only the connector's closed loop, or only the open loop "
                          "(prints JSON, writes no table)")
     ap.add_argument("--reuse-topic", help="with --only closed: drain this already published topic "
-                                          "under a new subscription instead of publishing")
+                                          "(holding --events events) under a new subscription "
+                                          "instead of publishing")
     args = ap.parse_args()
     ENTITIES = args.entities
     work = Path(tempfile.mkdtemp(prefix="fc-bench-"))
