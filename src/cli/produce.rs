@@ -67,6 +67,9 @@ pub struct ProduceArgs {
     rate_schedule: Option<String>,
 }
 
+/// Most events sent but not yet confirmed by the broker.
+const RECEIPT_WINDOW: usize = 8192;
+
 fn compression(name: &str) -> Compression {
     match name {
         "lz4" => Compression::Lz4(CompressionLz4::default()),
@@ -201,7 +204,9 @@ async fn publish(
         .await
         .map_err(|e| format!("cannot create producer on {topic}: {e}"))?;
     let started = Instant::now();
-    let mut receipts = Vec::with_capacity(1024);
+    // A sliding window of receipts: waiting for all of them every so often stalled the
+    // sender and turned a steady rate into bursts.
+    let mut receipts = std::collections::VecDeque::with_capacity(RECEIPT_WINDOW);
     let key_field = pipeline.entity_keys.first().cloned().unwrap_or_default();
     let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&schema.avro)
         .build()
@@ -237,17 +242,10 @@ async fn publish(
             .send_non_blocking()
             .await
             .map_err(|e| format!("send failed: {e}"))?;
-        receipts.push(receipt);
-        if receipts.len() >= 1024 {
-            // Receipts of a half-full producer batch come only once it is sent.
-            if args.batch > 0 {
-                producer
-                    .send_batch()
-                    .await
-                    .map_err(|e| format!("flushing the batch failed: {e}"))?;
-            }
-            for receipt in receipts.drain(..) {
-                receipt
+        receipts.push_back(receipt);
+        if receipts.len() >= RECEIPT_WINDOW {
+            if let Some(oldest) = receipts.pop_front() {
+                oldest
                     .await
                     .map_err(|e| format!("broker refused an event: {e}"))?;
             }
