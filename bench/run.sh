@@ -3,7 +3,7 @@
 # binary and the probes, prepares the peers' Python venv, runs every contender on the same
 # events and prints the table (also written to bench/results/latest.md).
 #
-#   bash bench/run.sh                      # full run (about 15 minutes on 2 cores)
+#   bash bench/run.sh                      # full run (about 3 minutes on 2 cores once built)
 #   bash bench/run.sh --events 20000 --feast-events 5000 --schedule 2000:5s,20000:3s   # smoke
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
