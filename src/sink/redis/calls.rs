@@ -106,10 +106,11 @@ impl EntityWrites for ScriptCalls<'_> {
 
 /// Collects owned writes, for tests and for reading a layout's output.
 impl EntityWrites for Vec<EntityWrite> {
-    fn entity(&mut self, key: &[u8], event_time_ms: i64, _time_value: &[u8], sets: usize) {
+    fn entity(&mut self, key: &[u8], event_time_ms: i64, time_value: &[u8], sets: usize) {
         self.push(EntityWrite {
             key: key.to_vec(),
             event_time_ms,
+            time_value: time_value.to_vec(),
             set: Vec::with_capacity(sets),
             delete: Vec::new(),
         });

@@ -47,6 +47,8 @@ pub struct EntityWrite {
     pub key: Vec<u8>,
     /// Event time of the values, epoch milliseconds.
     pub event_time_ms: i64,
+    /// The bytes stored in the time field (decimal ms, or a protobuf Timestamp for Feast).
+    pub time_value: Vec<u8>,
     /// Fields to set.
     pub set: Vec<(Vec<u8>, Vec<u8>)>,
     /// Fields to remove (null features).
@@ -76,14 +78,6 @@ impl Layout {
         match self {
             Layout::Native(_) => TimeEncoding::Millis,
             Layout::Feast(_) => TimeEncoding::ProtoTimestamp,
-        }
-    }
-
-    /// The value stored in the time field for `ms`.
-    pub fn time_value(&self, ms: i64) -> Vec<u8> {
-        match self {
-            Layout::Native(_) => ms.to_string().into_bytes(),
-            Layout::Feast(_) => super::feast::encode_timestamp(ms),
         }
     }
 
@@ -302,12 +296,14 @@ mod tests {
                 EntityWrite {
                     key: b"fc:users:a".to_vec(),
                     event_time_ms: 30,
+                    time_value: b"30".to_vec(),
                     set: vec![(b"vip".to_vec(), b"true".to_vec())],
                     delete: vec![b"ctr".to_vec()],
                 },
                 EntityWrite {
                     key: b"fc:users:b".to_vec(),
                     event_time_ms: 5,
+                    time_value: b"5".to_vec(),
                     set: vec![
                         (b"ctr".to_vec(), b"0.2".to_vec()),
                         (b"vip".to_vec(), b"false".to_vec())
@@ -316,6 +312,5 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(layout.time_value(30), b"30".to_vec());
     }
 }
