@@ -77,19 +77,33 @@ impl SampleSpec {
     pub fn entity(&self, i: u64) -> u64 {
         self.distribution.entity(i, self.entities)
     }
+
+    /// The event time of event `i`, epoch ms (read the clock once per event).
+    pub fn event_time_ms(&self, i: u64) -> i64 {
+        if self.live_event_time {
+            chrono::Utc::now().timestamp_millis()
+        } else {
+            self.base_ms + i64::try_from(i).unwrap_or(i64::MAX)
+        }
+    }
 }
 
 /// The Avro record for event `i`.
 pub fn sample_record(schema: &Schema, spec: &SampleSpec, i: u64) -> Result<Value, String> {
+    sample_record_at(schema, spec, i, spec.event_time_ms(i))
+}
+
+/// The Avro record for event `i` with the given event time (epoch ms).
+pub fn sample_record_at(
+    schema: &Schema,
+    spec: &SampleSpec,
+    i: u64,
+    event_time: i64,
+) -> Result<Value, String> {
     let Schema::Record(RecordSchema { fields, .. }) = schema else {
         return Err("sample events need a record schema".into());
     };
     let entity = spec.entity(i);
-    let event_time = if spec.live_event_time {
-        chrono::Utc::now().timestamp_millis()
-    } else {
-        spec.base_ms + i64::try_from(i).unwrap_or(i64::MAX)
-    };
     let mut values = Vec::with_capacity(fields.len());
     for (index, field) in fields.iter().enumerate() {
         let value = if spec.keys.contains(&field.name) {

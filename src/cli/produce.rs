@@ -12,7 +12,7 @@ use pulsar::message::proto::{schema::Type as SchemaType, Schema as ProtoSchema};
 use pulsar::producer::ProducerOptions;
 
 use super::ConfigArgs;
-use crate::sample::{sample_record, SampleSpec};
+use crate::sample::{sample_record_at, SampleSpec};
 use crate::schema::{PayloadFormat, ReaderSchema};
 use crate::source::pulsar::PulsarSource;
 
@@ -45,6 +45,10 @@ pub struct ProduceArgs {
     /// Publish the events in a scrambled order (event times out of order).
     #[arg(long)]
     shuffle: bool,
+    /// Producers publishing side by side (each entity always through the same one); more
+    /// than one keeps several batches in flight, which one pulsar-rs producer does not.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    producers: u16,
     /// Producer compression: none, lz4, zlib, zstd or snappy.
     #[arg(long, default_value = "none", value_parser = ["none", "lz4", "zlib", "zstd", "snappy"])]
     compression: String,
@@ -67,8 +71,11 @@ pub struct ProduceArgs {
     rate_schedule: Option<String>,
 }
 
-/// Most events sent but not yet confirmed by the broker.
+/// Most events sent but not yet confirmed by the broker, per producer.
 const RECEIPT_WINDOW: usize = 8192;
+
+/// Events generated but not yet handed to a producer, per producer.
+const PRODUCER_QUEUE: usize = 1024;
 
 fn compression(name: &str) -> Compression {
     match name {
@@ -181,32 +188,40 @@ async fn publish(
         PayloadFormat::Avro => SchemaType::Avro,
         PayloadFormat::Json => SchemaType::Json,
     };
-    let mut producer = pulsar
-        .producer()
-        .with_topic(topic)
-        .with_options(ProducerOptions {
-            schema: Some(ProtoSchema {
-                name: pipeline.name.clone(),
-                schema_data: schema.json.clone().into_bytes(),
-                r#type: schema_type as i32,
-                properties: Vec::new(),
-            }),
-            batch_size: (args.batch > 0).then_some(args.batch),
-            // As Java's default batching delay: a partly filled batch leaves after 1 ms, so
-            // batching does not add latency at low rates.
-            batch_timeout: (args.batch > 0).then_some(std::time::Duration::from_millis(1)),
-            // Wait for room instead of failing with SlowDown when the broker is slower.
-            block_queue_if_full: true,
-            compression: Some(compression(&args.compression)),
-            ..Default::default()
-        })
-        .build()
-        .await
-        .map_err(|e| format!("cannot create producer on {topic}: {e}"))?;
+    let options = ProducerOptions {
+        schema: Some(ProtoSchema {
+            name: pipeline.name.clone(),
+            schema_data: schema.json.clone().into_bytes(),
+            r#type: schema_type as i32,
+            properties: Vec::new(),
+        }),
+        batch_size: (args.batch > 0).then_some(args.batch),
+        // As Java's default batching delay: a partly filled batch leaves after 1 ms, so
+        // batching does not add latency at low rates.
+        batch_timeout: (args.batch > 0).then_some(std::time::Duration::from_millis(1)),
+        // Wait for room instead of failing with SlowDown when the broker is slower.
+        block_queue_if_full: true,
+        compression: Some(compression(&args.compression)),
+        ..Default::default()
+    };
+    // pulsar-rs keeps one batch per producer in flight (it awaits each batch's receipt
+    // before sending the next), so one producer tops out at batch size / broker round trip;
+    // several producers keep several batches in flight.
+    let mut lanes = Vec::with_capacity(usize::from(args.producers));
+    let mut senders = tokio::task::JoinSet::new();
+    for _ in 0..usize::from(args.producers) {
+        let producer = pulsar
+            .producer()
+            .with_topic(topic)
+            .with_options(options.clone())
+            .build()
+            .await
+            .map_err(|e| format!("cannot create producer on {topic}: {e}"))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(PRODUCER_QUEUE);
+        lanes.push(tx);
+        senders.spawn(send_all(producer, rx, args.batch > 0));
+    }
     let started = Instant::now();
-    // A sliding window of receipts: waiting for all of them every so often stalled the
-    // sender and turned a steady rate into bursts.
-    let mut receipts = std::collections::VecDeque::with_capacity(RECEIPT_WINDOW);
     let key_field = pipeline.entity_keys.first().cloned().unwrap_or_default();
     let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&schema.avro)
         .build()
@@ -226,19 +241,56 @@ async fn publish(
                 *phase = (phase.0 + 1, phase.1, now);
             }
         }
-        let record = sample_record(&schema.avro, spec, i)?;
-        let key = crate::sample::entity_key_text(&schema.avro, &key_field, spec.entity(i))
-            .unwrap_or_default();
+        let event_time = spec.event_time_ms(i);
+        let record = sample_record_at(&schema.avro, spec, i, event_time)?;
+        let entity = spec.entity(i);
+        let key =
+            crate::sample::entity_key_text(&schema.avro, &key_field, entity).unwrap_or_default();
         let payload = match pipeline.format {
             PayloadFormat::Avro => writer
                 .write_value_to_vec(record)
                 .map_err(|e| e.to_string())?,
             PayloadFormat::Json => crate::sample::to_json(&record)?.to_string().into_bytes(),
         };
+        // One entity always goes through the same producer, so its events stay in order.
+        let lane = &lanes[(entity % lanes.len() as u64) as usize];
+        let event_time = u64::try_from(event_time).unwrap_or(0);
+        if lane.send((key, payload, event_time)).await.is_err() {
+            break;
+        }
+    }
+    drop(lanes);
+    while let Some(finished) = senders.join_next().await {
+        finished.map_err(|e| format!("a producer task failed: {e}"))??;
+    }
+    for (index, (events, first, last)) in sent.iter().enumerate() {
+        let seconds = (last - first).max(1) as f64 / 1000.0;
+        println!(
+            "phase {index}: {events} events sent from {first} to {last} (epoch ms), {:.0} events/s",
+            *events as f64 / seconds
+        );
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Sends what arrives on `events` through one producer, keeping a sliding window of
+/// unconfirmed sends, then flushes and waits for every receipt.
+async fn send_all(
+    mut producer: pulsar::Producer<pulsar::TokioExecutor>,
+    mut events: tokio::sync::mpsc::Receiver<(String, Vec<u8>, u64)>,
+    batched: bool,
+) -> Result<(), String> {
+    // Waiting for all receipts every so often stalled the sender and turned a steady rate
+    // into bursts; a window keeps sending while the oldest receipts come back.
+    let mut receipts = std::collections::VecDeque::with_capacity(RECEIPT_WINDOW);
+    while let Some((key, payload, event_time)) = events.recv().await {
+        // The event time also goes into the message metadata, where readers of the topic
+        // (the benchmark's freshness probe) find it without decoding the payload.
         let receipt = producer
             .create_message()
             .with_content(payload)
             .with_key(key)
+            .event_time(event_time)
             .send_non_blocking()
             .await
             .map_err(|e| format!("send failed: {e}"))?;
@@ -251,7 +303,7 @@ async fn publish(
             }
         }
     }
-    if args.batch > 0 {
+    if batched {
         producer
             .send_batch()
             .await
@@ -262,12 +314,8 @@ async fn publish(
             .await
             .map_err(|e| format!("broker refused an event: {e}"))?;
     }
-    for (index, (events, first, last)) in sent.iter().enumerate() {
-        let seconds = (last - first).max(1) as f64 / 1000.0;
-        println!(
-            "phase {index}: {events} events sent from {first} to {last} (epoch ms), {:.0} events/s",
-            *events as f64 / seconds
-        );
-    }
-    Ok(started.elapsed().as_secs_f64())
+    producer
+        .close()
+        .await
+        .map_err(|e| format!("closing the producer failed: {e}"))
 }
