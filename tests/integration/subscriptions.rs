@@ -20,6 +20,8 @@ async fn batched_messages_of_every_codec_decode() {
         .enumerate()
     {
         let start = (k * 1000).to_string();
+        // Every other codec through several producers side by side: still every event once.
+        let producers = if k % 2 == 1 { "3" } else { "1" };
         project.produce_with(
             "codec",
             &[
@@ -35,6 +37,8 @@ async fn batched_messages_of_every_codec_decode() {
                 "50",
                 "--compression",
                 codec,
+                "--producers",
+                producers,
             ],
         );
     }
