@@ -90,20 +90,21 @@ impl SampleSpec {
 
 /// The Avro record for event `i`.
 pub fn sample_record(schema: &Schema, spec: &SampleSpec, i: u64) -> Result<Value, String> {
-    sample_record_at(schema, spec, i, spec.event_time_ms(i))
+    sample_record_at(schema, spec, i, spec.entity(i), spec.event_time_ms(i))
 }
 
-/// The Avro record for event `i` with the given event time (epoch ms).
+/// The Avro record for event `i` with its entity and event time (epoch ms) already drawn,
+/// for callers that need them too (drawing a Zipf entity is a search over the CDF).
 pub fn sample_record_at(
     schema: &Schema,
     spec: &SampleSpec,
     i: u64,
+    entity: u64,
     event_time: i64,
 ) -> Result<Value, String> {
     let Schema::Record(RecordSchema { fields, .. }) = schema else {
         return Err("sample events need a record schema".into());
     };
-    let entity = spec.entity(i);
     let mut values = Vec::with_capacity(fields.len());
     for (index, field) in fields.iter().enumerate() {
         let value = if spec.keys.contains(&field.name) {

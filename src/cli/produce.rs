@@ -242,8 +242,8 @@ async fn publish(
             }
         }
         let event_time = spec.event_time_ms(i);
-        let record = sample_record_at(&schema.avro, spec, i, event_time)?;
         let entity = spec.entity(i);
+        let record = sample_record_at(&schema.avro, spec, i, entity, event_time)?;
         let key =
             crate::sample::entity_key_text(&schema.avro, &key_field, entity).unwrap_or_default();
         let payload = match pipeline.format {
