@@ -18,11 +18,12 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use pulsar::consumer::{ConsumerOptions, InitialPosition};
-use pulsar::message::proto::command_subscribe::SubType;
-use pulsar::{Consumer, Pulsar, TokioExecutor};
+use pulsar::{Consumer, TokioExecutor};
 use tokio::io::AsyncReadExt;
 use tokio::sync::Semaphore;
+
+#[path = "common/bare_consumer.rs"]
+mod bare_consumer;
 
 /// (entity key, event time ms) → publish time ms, as read from the topic.
 type PublishTimes = Arc<Mutex<HashMap<(String, u64), u64>>>;
@@ -44,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let key_prefix = pattern.trim_end_matches('*').to_string();
     let publish_times: PublishTimes = Arc::default();
     if let Some((pulsar_url, topic)) = topic {
-        let consumer = subscribe(pulsar_url, topic).await?;
+        let consumer = bare_consumer::subscribe(pulsar_url, topic, "freshness-probe").await?;
         tokio::spawn(learn_publish_times(consumer, publish_times.clone()));
     }
     let client = redis::Client::open(url.as_str())?;
@@ -148,25 +149,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         known.len()
     );
     Ok(())
-}
-
-async fn subscribe(
-    url: &str,
-    topic: &str,
-) -> Result<Consumer<Vec<u8>, TokioExecutor>, Box<dyn std::error::Error>> {
-    let pulsar = Pulsar::builder(url, TokioExecutor).build().await?;
-    Ok(pulsar
-        .consumer()
-        .with_topic(topic)
-        .with_subscription(format!("freshness-probe-{}", std::process::id()))
-        .with_subscription_type(SubType::Exclusive)
-        .with_batch_size(1000)
-        .with_options(ConsumerOptions {
-            initial_position: InitialPosition::Earliest,
-            ..Default::default()
-        })
-        .build()
-        .await?)
 }
 
 /// Records every event's publish time; acknowledges cumulatively now and then so the

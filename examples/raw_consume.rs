@@ -7,9 +7,9 @@
 //! the freshness figures.
 
 use futures::StreamExt;
-use pulsar::consumer::{ConsumerOptions, InitialPosition};
-use pulsar::message::proto::command_subscribe::SubType;
-use pulsar::{Consumer, Pulsar, TokioExecutor};
+
+#[path = "common/bare_consumer.rs"]
+mod bare_consumer;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -18,19 +18,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: raw_consume <pulsar-url> <topic> <count>".into());
     };
     let count: u64 = count.parse()?;
-    let pulsar = Pulsar::builder(url.as_str(), TokioExecutor).build().await?;
-    let mut consumer: Consumer<Vec<u8>, TokioExecutor> = pulsar
-        .consumer()
-        .with_topic(topic)
-        .with_subscription(format!("raw-consume-{}", std::process::id()))
-        .with_subscription_type(SubType::Exclusive)
-        .with_batch_size(1000)
-        .with_options(ConsumerOptions {
-            initial_position: InitialPosition::Earliest,
-            ..Default::default()
-        })
-        .build()
-        .await?;
+    let mut consumer = bare_consumer::subscribe(url, topic, "raw-consume").await?;
     let mut received = 0u64;
     let mut started = None;
     let mut latencies_ms = Vec::with_capacity(count as usize);

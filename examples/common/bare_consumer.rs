@@ -1,0 +1,27 @@
+//! The benchmark examples' bare consumer: a fresh Exclusive subscription from the start of
+//! the topic, straight on pulsar-rs, with nothing of the connector in between.
+
+use pulsar::consumer::{ConsumerOptions, InitialPosition};
+use pulsar::message::proto::command_subscribe::SubType;
+use pulsar::{Consumer, Pulsar, TokioExecutor};
+
+/// Subscribes to `topic` as `<name>-<pid>` (Exclusive, earliest, 1,000 messages prefetched).
+pub async fn subscribe(
+    url: &str,
+    topic: &str,
+    name: &str,
+) -> Result<Consumer<Vec<u8>, TokioExecutor>, Box<dyn std::error::Error>> {
+    let pulsar = Pulsar::builder(url, TokioExecutor).build().await?;
+    Ok(pulsar
+        .consumer()
+        .with_topic(topic)
+        .with_subscription(format!("{name}-{}", std::process::id()))
+        .with_subscription_type(SubType::Exclusive)
+        .with_batch_size(1000)
+        .with_options(ConsumerOptions {
+            initial_position: InitialPosition::Earliest,
+            ..Default::default()
+        })
+        .build()
+        .await?)
+}
