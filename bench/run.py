@@ -414,7 +414,7 @@ def main():
         f"{fmt(connector['parquet_bytes'] / raw_bytes if raw_bytes else None, 2)}.",
         "",
         f"Open loop, connector running, freshness read back by examples/freshness_probe.rs "
-        f"(every 10th write; ms from event time = send time to the value read from Redis); "
+        f"(every 10th write read back; the two freshness columns are explained below the broker line); "
         f"producer: {open_loop['produced']}; connector CPU {fmt(open_loop['cpu_seconds'], 1)} s "
         f"for {open_loop['events']:,} events, RSS peak {fmt(open_loop['rss_peak_mb'])} MB:",
         "",
