@@ -109,6 +109,9 @@ impl ConfigArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // Two TLS backends are linked (ours and the one `deltalake`'s kernel engine brings), so
+    // rustls cannot pick one by itself; every TLS client of the process uses aws-lc-rs.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -2,8 +2,8 @@
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow_avro::reader::{Decoder as AvroStream, DecoderMode, ReaderBuilder};
-use arrow_avro::schema::{AvroSchema, SchemaStore};
+use arrow_avro::reader::{Decoder as AvroStream, ReaderBuilder};
+use arrow_avro::schema::{AvroSchema, Fingerprint, SchemaStore};
 use serde::Deserialize;
 
 /// How payloads are encoded.
@@ -51,22 +51,41 @@ pub fn build_row_decoder(
 
 /// The Arrow schema `arrow-avro` derives from an Avro reader schema.
 pub fn arrow_schema_of(reader_json: &str) -> Result<SchemaRef, String> {
-    Ok(avro_stream(reader_json, reader_json, 1)?.schema())
+    Ok(avro_stream(reader_json, reader_json, 1)?.0.schema())
 }
 
 /// Raw Avro datums through `arrow-avro`, with Avro schema resolution writer → reader.
+///
+/// `arrow-avro` 59 (the version `deltalake` builds on) streams single-object encoded datums
+/// only; Pulsar payloads are raw datums. Each payload is therefore preceded by the 10-byte
+/// single-object header of its writer schema, fed as a separate slice so that the payload
+/// itself is never copied.
 struct AvroRows {
     stream: AvroStream,
+    header: [u8; 10],
     done: Vec<RecordBatch>,
 }
 
 impl AvroRows {
     fn new(writer_json: &str, reader_json: &str, capacity: usize) -> Result<Self, String> {
+        let (stream, fingerprint) = avro_stream(writer_json, reader_json, capacity)?;
         Ok(Self {
-            stream: avro_stream(writer_json, reader_json, capacity)?,
+            stream,
+            header: single_object_header(fingerprint)?,
             done: Vec::new(),
         })
     }
+}
+
+/// `C3 01` then the little-endian Rabin fingerprint (Avro single-object encoding).
+fn single_object_header(fingerprint: Fingerprint) -> Result<[u8; 10], String> {
+    let Fingerprint::Rabin(rabin) = fingerprint else {
+        return Err(format!("unexpected writer fingerprint {fingerprint:?}"));
+    };
+    let mut header = [0u8; 10];
+    header[..2].copy_from_slice(&[0xC3, 0x01]);
+    header[2..].copy_from_slice(&rabin.to_le_bytes());
+    Ok(header)
 }
 
 impl RowDecoder for AvroRows {
@@ -76,8 +95,18 @@ impl RowDecoder for AvroRows {
                 self.done.push(batch);
             }
         }
+        match self.stream.decode(&self.header) {
+            Ok(n) if n == self.header.len() => {}
+            Ok(_) => return Err("the Avro decoder did not take the datum header".into()),
+            Err(e) => return Err(e.to_string()),
+        }
         match self.stream.decode(payload) {
             Ok(n) if n == payload.len() => Ok(()),
+            Ok(0) if !payload.is_empty() => Err("the payload ends inside the Avro datum".into()),
+            // The decoder reads the bytes after a complete datum as the next header.
+            Err(arrow_avro::errors::AvroError::ParseError(e)) if e.starts_with("Missing magic") => {
+                Err("trailing bytes after the Avro datum".into())
+            }
             Ok(n) => Err(format!(
                 "{} trailing bytes after the Avro datum",
                 payload.len() - n
@@ -98,19 +127,19 @@ fn avro_stream(
     writer_json: &str,
     reader_json: &str,
     capacity: usize,
-) -> Result<AvroStream, String> {
+) -> Result<(AvroStream, Fingerprint), String> {
     let mut store = SchemaStore::new();
     let fingerprint = store
         .register(AvroSchema::new(writer_json.to_string()))
         .map_err(|e| e.to_string())?;
-    ReaderBuilder::new()
+    let stream = ReaderBuilder::new()
         .with_reader_schema(AvroSchema::new(reader_json.to_string()))
         .with_writer_schema_store(store)
         .with_active_fingerprint(fingerprint)
-        .with_decoder_mode(DecoderMode::UnframedDatum)
         .with_batch_size(capacity.max(1))
         .build_decoder()
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok((stream, fingerprint))
 }
 
 /// JSON objects through `arrow-json`, typed by the reader schema; unknown fields are ignored.
