@@ -83,7 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             message = notifications.next() => {
                 let Some(message) = message else { break };
                 seen += 1;
-                if seen % every != 0 {
+                if !seen.is_multiple_of(every) {
                     continue;
                 }
                 let Some(key) = message.get_channel_name().split_once(':').map(|(_, k)| k.to_string()) else {

@@ -224,7 +224,7 @@ pub fn sample_value(schema: &Schema, name: &str, index: usize, i: u64) -> Result
         Schema::Int => Value::Int(i32::try_from(n % 1000 + idx).unwrap_or(0)),
         Schema::Double => Value::Double(n as f64 / 4.0 + idx as f64),
         Schema::Float => Value::Float(n as f32 / 4.0 + idx as f32),
-        Schema::Boolean => Value::Boolean(i % 2 == 0),
+        Schema::Boolean => Value::Boolean(i.is_multiple_of(2)),
         Schema::String => Value::String(format!("{name}-{i}")),
         Schema::Bytes => Value::Bytes(i.to_le_bytes().to_vec()),
         Schema::TimestampMillis => Value::TimestampMillis(1_700_000_000_000 + n * 1000),
