@@ -34,7 +34,10 @@ fn expected_hash(i: u64) -> HashMap<String, Vec<u8>> {
         "ctr_7d".into(),
         format_float(f64::from(i as f32 / 4.0 + 5.0)),
     );
-    fields.insert("is_premium".into(), (i % 2 == 0).to_string().into_bytes());
+    fields.insert(
+        "is_premium".into(),
+        i.is_multiple_of(2).to_string().into_bytes(),
+    );
     fields.insert(
         "favourite_category".into(),
         format!("favourite_category-{i}").into_bytes(),

@@ -142,7 +142,7 @@ async fn feast_sdk_reads_what_the_connector_wrote() {
         let f = i as f64;
         let expected = json!({
             "purchases_30d": i * 3, "sessions_7d": i % 1000 + 3, "avg_basket_eur": f / 4.0 + 4.0,
-            "ctr_7d": f64::from(i as f32 / 4.0 + 5.0), "is_premium": i % 2 == 0,
+            "ctr_7d": f64::from(i as f32 / 4.0 + 5.0), "is_premium": i.is_multiple_of(2),
             "favourite_category": format!("favourite_category-{i}"),
             "embedding_id": base64::engine::general_purpose::STANDARD.encode(i.to_le_bytes()),
             "last_review_score": if i % 10 == 9 { Value::Null } else { json!(f / 4.0 + 9.0) },
