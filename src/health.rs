@@ -125,10 +125,8 @@ impl Probe for RedisProbe {
 pub struct ObjectStoreProbe {
     /// Pipeline whose offline store this is.
     pub pipeline: String,
-    /// The store.
+    /// The store rooted at the pipeline's table folder.
     pub store: Arc<dyn ObjectStore>,
-    /// Its folder.
-    pub prefix: object_store::path::Path,
 }
 
 #[async_trait]
@@ -137,8 +135,13 @@ impl Probe for ObjectStoreProbe {
         format!("offline store of `{}`", self.pipeline)
     }
 
+    /// Lists the table's log after every key it can hold (`~` sorts after the digits and
+    /// `_last_checkpoint`): one request that fails when the store or bucket is unreachable and
+    /// returns nothing when it is fine, whatever the table's size.
     async fn check(&self) -> Result<(), String> {
-        let mut listing = self.store.list(Some(&self.prefix));
+        let log = object_store::path::Path::from("_delta_log");
+        let after = object_store::path::Path::from("_delta_log/~");
+        let mut listing = self.store.list_with_offset(Some(&log), &after);
         match listing.next().await {
             Some(Err(e)) => Err(e.to_string()),
             _ => Ok(()),

@@ -49,6 +49,18 @@ pub struct Metrics {
     pub parquet_files_written: Family<PipelineLabels, Counter>,
     /// Bytes of those files.
     pub parquet_bytes_written: Family<PipelineLabels, Counter>,
+    /// Offline commits (rollovers) that landed in the table.
+    pub offline_commits: Family<PipelineLabels, Counter>,
+    /// Time from the start of a rollover's commit (file encoding included) to its landing.
+    pub offline_commit_seconds: Family<PipelineLabels, Histogram>,
+    /// Commits that met another writer's commit of the same topic partition and were retried.
+    pub offline_commit_conflicts: Family<PipelineLabels, Counter>,
+    /// Other writers' commits delta-rs checked and let through ahead of ours.
+    pub offline_commit_concurrent: Family<PipelineLabels, Counter>,
+    /// Rows skipped because the table already held their messages (redelivery, hand-over).
+    pub offline_rows_skipped: Family<PipelineLabels, Counter>,
+    /// The table version the sink last saw.
+    pub offline_table_version: Family<PipelineLabels, Gauge>,
     /// Rows handed to the sink.
     pub rows_written: Family<LaneLabels, Counter>,
     /// Messages acknowledged after their sink made them durable.
@@ -84,6 +96,46 @@ impl Metrics {
         let subscription_backlog_messages = Family::<LaneLabels, Gauge>::default();
         let parquet_files_written = Family::<PipelineLabels, Counter>::default();
         let parquet_bytes_written = Family::<PipelineLabels, Counter>::default();
+        let offline_commits = Family::<PipelineLabels, Counter>::default();
+        let offline_commit_conflicts = Family::<PipelineLabels, Counter>::default();
+        let offline_commit_concurrent = Family::<PipelineLabels, Counter>::default();
+        let offline_rows_skipped = Family::<PipelineLabels, Counter>::default();
+        let offline_table_version = Family::<PipelineLabels, Gauge>::default();
+        // 1 ms … ~65 s.
+        let offline_commit_seconds =
+            Family::<PipelineLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 17))
+            });
+        registry.register(
+            "offline_commits",
+            "Rollovers committed to the offline Delta table",
+            offline_commits.clone(),
+        );
+        registry.register(
+            "offline_commit_seconds",
+            "Rollover commit time, file encoding and conflict retries included",
+            offline_commit_seconds.clone(),
+        );
+        registry.register(
+            "offline_commit_conflicts",
+            "Commits that met another writer's commit of the same topic partition",
+            offline_commit_conflicts.clone(),
+        );
+        registry.register(
+            "offline_commit_concurrent",
+            "Other writers' commits that landed while committing and did not conflict",
+            offline_commit_concurrent.clone(),
+        );
+        registry.register(
+            "offline_rows_skipped",
+            "Rows not written because the table already held their messages",
+            offline_rows_skipped.clone(),
+        );
+        registry.register(
+            "offline_table_version",
+            "Version of the offline Delta table the sink last saw",
+            offline_table_version.clone(),
+        );
         // 1 … 16384 messages.
         let batch_messages = Family::<LaneLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(1.0, 2.0, 15))
@@ -177,6 +229,12 @@ impl Metrics {
             subscription_backlog_messages,
             parquet_files_written,
             parquet_bytes_written,
+            offline_commits,
+            offline_commit_seconds,
+            offline_commit_conflicts,
+            offline_commit_concurrent,
+            offline_rows_skipped,
+            offline_table_version,
             health: crate::health::Health::default(),
         }
     }

@@ -81,16 +81,20 @@ pub async fn backfill(args: BackfillArgs) -> ExitCode {
     match result {
         Ok(summary) => {
             println!(
-                "backfill {}: {} messages, {} rows, {} undecodable, {} files ({} bytes) in the store, {:.2} s ({:.0} messages/s)",
+                "backfill {}: {} messages, {} rows, {} undecodable; table version {} has {} files ({} bytes); {:.2} s ({:.0} messages/s)",
                 pipeline.name,
                 summary.messages,
                 summary.rows,
                 summary.undecodable,
+                summary.version,
                 summary.files,
                 summary.bytes,
                 summary.seconds,
                 summary.messages as f64 / summary.seconds.max(1e-9)
             );
+            if let Some(why) = &summary.nothing_retained {
+                eprintln!("note: {why}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

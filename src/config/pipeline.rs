@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned};
 use crate::record::RowLayout;
 use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
-use crate::sink::parquet::OfflineSinkConfig;
+use crate::sink::delta::OfflineSinkConfig;
 use crate::sink::redis::{feast_supports, LayoutKind, OnlineSinkConfig};
 use crate::source::pulsar::PulsarSourceConfig;
 

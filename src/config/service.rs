@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{parse_yaml, read_yaml_file, ConfigError};
-use crate::sink::parquet::ObjectStoreServiceConfig;
+use crate::sink::delta::ObjectStoreServiceConfig;
 use crate::sink::redis::RedisServiceConfig;
 use crate::source::pulsar::PulsarServiceConfig;
 

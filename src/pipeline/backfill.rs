@@ -1,6 +1,7 @@
 //! Backfill: read a topic from the start (or a time) with a non-durable Pulsar reader into a
-//! pipeline's offline store only. Idempotent: the offline sink's recovery skips messages an
-//! earlier run (live or backfill) already committed.
+//! pipeline's offline table only, through the same commit path as the live pipeline. Idempotent,
+//! also next to a running pipeline: rows of messages the table already holds are skipped, and a
+//! commit that races the live pipeline's commit of the same partition is re-checked.
 
 use std::time::Instant;
 
@@ -14,7 +15,7 @@ use super::RuntimeError;
 use crate::config::{PipelineConfig, ServiceConfig};
 use crate::record::RowBatch;
 use crate::schema::{PayloadDecoder, SchemaRegistry, TopicDecoders};
-use crate::sink::parquet::{open_store, ParquetSink};
+use crate::sink::delta::{DeltaSink, OfflineStore, TableError, TableSpec};
 use crate::sink::Sink;
 use crate::source::pulsar::{resolve_partitions, MessagePosition, PulsarSource};
 use crate::source::SourceMessage;
@@ -39,10 +40,14 @@ pub struct BackfillSummary {
     pub rows: u64,
     /// Messages that could not be decoded (not written; the live pipeline dead-letters them).
     pub undecodable: u64,
-    /// Files in the store's pipeline folder afterwards.
+    /// Files in the table afterwards.
     pub files: usize,
     /// Their bytes.
     pub bytes: u64,
+    /// The table version afterwards.
+    pub version: u64,
+    /// Why nothing could be read, when the topic retains nothing (e.g. retention).
+    pub nothing_retained: Option<String>,
     /// Seconds taken.
     pub seconds: f64,
 }
@@ -77,19 +82,23 @@ pub async fn backfill(
         .clone()
         .or_else(|| offline.url.as_ref().map(|u| u.value.clone()))
         .unwrap_or_else(|| service.offline.default_url.clone());
-    let (store, prefix) =
-        open_store(&url, root, &service.offline.options).map_err(|e| setup(e.to_string()))?;
-    let mut sink = ParquetSink::new(
-        store.clone(),
-        prefix.clone(),
+    let store = OfflineStore::open(&url, root, &service.offline.options)
+        .map_err(|e| setup(e.to_string()))?;
+    let spec = TableSpec::new(
+        &store,
         &pipeline.name,
-        offline,
-        decoder.output_schema(),
+        &decoder.output_schema(),
         &pipeline.event_time,
-        CancellationToken::new(),
-    );
+        &offline,
+    )
+    .map_err(|e| setup(format!("offline table: {e}")))?;
+    let (table, _) = spec.open().await.map_err(|e| match e {
+        TableError::Refused(why) => setup(format!("offline table: {why}")),
+        other => setup(format!("offline table: {other}")),
+    })?;
+    let mut sink = DeltaSink::new(spec.clone(), offline, Some(table), CancellationToken::new());
     sink.set_schema_fingerprint(pipeline.schema.fingerprint());
-    sink.recover().await.map_err(|e| setup(e.to_string()))?;
+    sink.start().await.map_err(|e| setup(e.to_string()))?;
 
     let pulsar = PulsarSource::connect(&service.pulsar).await?;
     let partitions = resolve_partitions(&pulsar, &pipeline.source)
@@ -115,8 +124,15 @@ pub async fn backfill(
         .map_err(|e| setup(format!("{partition}: {e}")))?;
     }
     sink.flush().await.map_err(|e| setup(e.to_string()))?;
-    let after = sink.recover().await.map_err(|e| setup(e.to_string()))?;
-    (summary.files, summary.bytes) = (after.files, after.bytes);
+    let (mut table, _) = spec.open().await.map_err(|e| setup(e.to_string()))?;
+    let files = table.files().await.map_err(|e| setup(e.to_string()))?;
+    summary.files = files.len();
+    summary.bytes = files.iter().map(|(_, size)| *size).sum();
+    summary.version = table.version();
+    if summary.messages == 0 {
+        summary.nothing_retained =
+            retention_hint(&http, &service.pulsar.admin_url, &partitions).await;
+    }
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
 }
@@ -124,7 +140,7 @@ pub async fn backfill(
 /// Where a backfill's batches go.
 struct BatchTarget<'a> {
     decoder: &'a mut TopicDecoders,
-    sink: &'a mut ParquetSink,
+    sink: &'a mut DeltaSink,
     max_batch: usize,
 }
 
@@ -186,6 +202,7 @@ async fn read_partition(
                 .sink
                 .write(RowBatch {
                     rows: decoded.rows,
+                    publish_times_ms: messages.iter().map(|m| m.publish_time_ms).collect(),
                     positions: messages.into_iter().map(|m| m.position).collect(),
                     row_positions: decoded.row_messages,
                 })
@@ -225,4 +242,44 @@ async fn topic_message_count(http: &reqwest::Client, admin_url: &str, topic: &st
     );
     let stats: serde_json::Value = http.get(url).send().await.ok()?.json().await.ok()?;
     stats["msgInCounter"].as_u64().filter(|n| *n > 0)
+}
+
+/// Why a topic that has been published to gave a backfill nothing: Pulsar deletes messages
+/// every subscription acknowledged unless the namespace (or topic) retains them.
+async fn retention_hint(
+    http: &reqwest::Client,
+    admin_url: &str,
+    partitions: &[String],
+) -> Option<String> {
+    let mut published = 0;
+    for partition in partitions {
+        published += topic_message_count(http, admin_url, partition)
+            .await
+            .unwrap_or(0);
+    }
+    let topic = partitions.first()?;
+    let path = topic.strip_prefix("persistent://")?;
+    let namespace = path.rsplit_once('/')?.0;
+    let url = format!(
+        "{}/admin/v2/namespaces/{namespace}/retention",
+        admin_url.trim_end_matches('/')
+    );
+    let retention: serde_json::Value = http
+        .get(url)
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .unwrap_or_default();
+    let minutes = retention["retentionTimeInMinutes"].as_i64().unwrap_or(0);
+    let megabytes = retention["retentionSizeInMB"].as_i64().unwrap_or(0);
+    let published = if published > 0 {
+        format!("{published} messages were published to it since the broker started, but ")
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "the topic retains no messages: {published}namespace {namespace} keeps acknowledged messages for {minutes} minutes / {megabytes} MB (retention), so once every subscription (the live pipeline's too) acknowledged them they were deleted. To backfill later, keep them: `pulsar-admin namespaces set-retention {namespace} --time 7d --size 10G` (or PUT {{\"retentionTimeInMinutes\": 10080, \"retentionSizeInMB\": 10240}} to /admin/v2/namespaces/{namespace}/retention)"
+    ))
 }

@@ -192,11 +192,6 @@ impl Lane {
             .inc_by((messages.len() - decoded.failures.len()) as u64);
         // Freshness is measured where values become readable: the online store only.
         let online = self.sink.kind() == "online";
-        let publish_times: Vec<u64> = if online {
-            messages.iter().map(|m| m.publish_time_ms).collect()
-        } else {
-            Vec::new()
-        };
         let event_times: Vec<i64> = decoded
             .rows
             .column_by_name(self.decoder.event_time())
@@ -209,8 +204,14 @@ impl Lane {
             .unwrap_or_default();
         let batch = RowBatch {
             rows: decoded.rows,
+            publish_times_ms: messages.iter().map(|m| m.publish_time_ms).collect(),
             positions: messages.into_iter().map(|m| m.position).collect(),
             row_positions: decoded.row_messages,
+        };
+        let publish_times = if online {
+            batch.publish_times_ms.clone()
+        } else {
+            Vec::new()
         };
         let started = Instant::now();
         let written = self.sink.write(batch).await;

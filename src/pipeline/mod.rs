@@ -25,7 +25,7 @@ use crate::config::{PipelineConfig, ServiceConfig};
 use crate::health::{ObjectStoreProbe, RedisProbe};
 use crate::metrics::Metrics;
 use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
-use crate::sink::parquet::{open_store, ParquetSink};
+use crate::sink::delta::{DeltaSink, OfflineStore, TableError, TableSpec};
 use crate::sink::redis::{RedisClient, RedisSink};
 use crate::sink::Sink;
 use crate::source::pulsar::{PulsarSource, SubscriptionKind};
@@ -222,26 +222,24 @@ async fn build_lanes(
             .url
             .as_ref()
             .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
-        let (store, prefix) =
-            open_store(url, root, &service.offline.options).map_err(|e| setup(e.to_string()))?;
-        let (store_for_probe, prefix_for_probe) = (store.clone(), prefix.clone());
-        let schema = template.output_schema();
-        let mut sink = ParquetSink::new(
-            store,
-            prefix,
+        let store = OfflineStore::open(url, root, &service.offline.options)
+            .map_err(|e| setup(e.to_string()))?;
+        let spec = TableSpec::new(
+            &store,
             &pipeline.name,
-            offline.clone(),
-            schema,
+            &template.output_schema(),
             &pipeline.event_time,
-            cancel.clone(),
-        );
-        sink.set_schema_fingerprint(pipeline.schema.fingerprint());
-        sink.set_metrics(metrics.clone());
+            offline,
+        )
+        .map_err(|e| setup(format!("offline table: {e}")))?;
+        let table = open_table_at_start(&spec).await.map_err(setup)?;
         metrics.health.add_probe(Arc::new(ObjectStoreProbe {
             pipeline: pipeline.name.clone(),
-            store: store_for_probe,
-            prefix: prefix_for_probe,
+            store: spec.location.store.clone(),
         }));
+        let mut sink = DeltaSink::new(spec, offline.clone(), table, cancel.clone());
+        sink.set_schema_fingerprint(pipeline.schema.fingerprint());
+        sink.set_metrics(metrics.clone());
         // Cumulative acknowledgement needs a single active consumer per topic partition.
         let kind = match source.subscription_type {
             SubscriptionKind::Exclusive => SubscriptionKind::Exclusive,
@@ -262,6 +260,25 @@ async fn build_lanes(
         )?);
     }
     Ok(lanes)
+}
+
+/// Opens (or creates, or evolves) the offline table before any lane runs, so that a table that
+/// cannot take the pipeline schema stops the process with nothing written. A store that does
+/// not answer is not fatal: the lane opens the table itself, retrying.
+async fn open_table_at_start(
+    spec: &TableSpec,
+) -> Result<Option<crate::sink::delta::OfflineTable>, String> {
+    match spec.open().await {
+        Ok((table, opened)) => {
+            tracing::info!(table = %table.url(), version = table.version(), ?opened, "offline table ready");
+            Ok(Some(table))
+        }
+        Err(TableError::Refused(why)) => Err(format!("offline table: refusing to start: {why}")),
+        Err(e) => {
+            tracing::warn!(error = %e, "offline table not readable yet; its lane keeps trying");
+            Ok(None)
+        }
+    }
 }
 
 /// Start-up check: the topic's latest writer version (every version, for a transitive

@@ -18,6 +18,8 @@ pub struct RowBatch {
     pub positions: Vec<MessagePosition>,
     /// For each row, the index of its message in `positions`.
     pub row_positions: Vec<usize>,
+    /// Broker publish time (epoch ms) of each message in `positions`.
+    pub publish_times_ms: Vec<u64>,
 }
 
 /// Where the entity key, event time and feature columns are in a row batch.

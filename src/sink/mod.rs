@@ -1,7 +1,7 @@
 //! Sinks: where decoded rows become durable. A new sink is a folder here with its config
 //! struct and an implementation of [`Sink`]; the pipeline runtime wires it to a lane.
 
-pub mod parquet;
+pub mod delta;
 pub mod redis;
 
 use async_trait::async_trait;

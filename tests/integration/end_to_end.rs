@@ -2,12 +2,10 @@
 //! stores) on one topic: Redis holds each entity's latest values, Parquet every row once.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMillisecondType};
-use object_store::local::LocalFileSystem;
+use arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
 use redis::AsyncCommands;
 
 use crate::common::*;
@@ -76,7 +74,7 @@ fn normalise(stored: HashMap<String, Vec<u8>>) -> HashMap<String, Vec<u8>> {
 
 fn check_rows(batches: &[(String, arrow::array::RecordBatch)], where_: &str) {
     let rows: usize = batches.iter().map(|(_, b)| b.num_rows()).sum();
-    assert_eq!(rows as u64, EVENTS, "{where_}: rows in Parquet");
+    assert_eq!(rows as u64, EVENTS, "{where_}: rows in the table");
     let mut seen = BTreeSet::new();
     let mut purchases_sum: i64 = 0;
     for (file, batch) in batches {
@@ -92,7 +90,7 @@ fn check_rows(batches: &[(String, arrow::array::RecordBatch)], where_: &str) {
                 ("user_id", DataType::Utf8),
                 (
                     "event_time",
-                    DataType::Timestamp(TimeUnit::Millisecond, Some("+00:00".into()))
+                    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
                 ),
                 ("purchases_30d", DataType::Int64),
                 ("sessions_7d", DataType::Int32),
@@ -102,21 +100,26 @@ fn check_rows(batches: &[(String, arrow::array::RecordBatch)], where_: &str) {
                 ("favourite_category", DataType::Utf8),
                 ("embedding_id", DataType::Binary),
                 ("last_review_score", DataType::Float64),
+                (
+                    "pulsar_publish_time",
+                    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+                ),
             ],
             "{where_}: column types of {file}"
         );
-        assert!(schema
-            .field_with_name("last_review_score")
-            .unwrap()
-            .is_nullable());
-        assert!(!schema
-            .field_with_name("purchases_30d")
-            .unwrap()
-            .is_nullable());
-        let times = batch.column(1).as_primitive::<TimestampMillisecondType>();
+        assert!(
+            schema.fields().iter().all(|f| f.is_nullable()),
+            "{where_}: every column of the table is nullable"
+        );
+        let times = batch.column(1).as_primitive::<TimestampMicrosecondType>();
         let purchases = batch.column(2).as_primitive::<Int64Type>();
+        let published = batch.column(10).as_primitive::<TimestampMicrosecondType>();
         for row in 0..batch.num_rows() {
-            let i = u64::try_from(times.value(row) - BASE_MS).expect("event index");
+            let i = u64::try_from(times.value(row) / 1000 - BASE_MS).expect("event index");
+            assert!(
+                published.value(row) > 1_700_000_000_000_000,
+                "{where_}: the publish time is the broker's"
+            );
             assert!(seen.insert(i), "{where_}: event {i} appears twice");
             assert_eq!(
                 batch.column(0).as_string::<i32>().value(row),
@@ -252,10 +255,7 @@ async fn ten_thousand_events_reach_redis_local_disk_and_s3() {
         .expect("pttl");
     assert_eq!(no_ttl, -1, "no TTL configured means no expiry");
 
-    let local: Arc<dyn object_store::ObjectStore> = Arc::new(
-        LocalFileSystem::new_with_prefix(project.path().join("offline")).expect("local store"),
-    );
-    let local_rows = read_parquet(local, "to_local").await;
+    let local_rows = read_table(&local_offline_url(&project), "to_local").await;
     check_rows(&local_rows, "local disk");
     let files: BTreeSet<&String> = local_rows.iter().map(|(f, _)| f).collect();
     assert!(
@@ -265,10 +265,10 @@ async fn ten_thousand_events_reach_redis_local_disk_and_s3() {
     assert!(
         files
             .iter()
-            .all(|f| f.starts_with("to_local/dt=") && f.contains("/part-it-")),
+            .all(|f| f.starts_with("dt=") && f.contains("/hr=") && f.ends_with(".zstd.parquet")),
         "{files:?}"
     );
 
-    let s3_rows = read_parquet(s3_store(), &format!("{run}/to_s3")).await;
+    let s3_rows = read_table(&s3_url(&run), "to_s3").await;
     check_rows(&s3_rows, "S3");
 }

@@ -80,8 +80,7 @@ async fn a_pipeline_with_its_store_down_does_not_stall_the_others() {
     assert_eq!(connector.stop(), 0, "{log}");
     assert_newest_values(&good_prefix, "good", EVENTS, ENTITIES).await;
     assert_newest_values(&stuck_prefix, "stuck", EVENTS, ENTITIES).await;
-    let store = s3_store_for(&bucket);
-    let rows: usize = read_parquet(store, "features/stuck")
+    let rows: usize = read_table(&format!("s3://{bucket}/features"), "stuck")
         .await
         .iter()
         .map(|(_, batch)| batch.num_rows())

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod common;
+mod delta;
 mod deploy;
 mod end_to_end;
 mod feast;

@@ -3,12 +3,10 @@
 //! the pipeline goes on; `schemas check` and start-up refusal name the fields.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::AsArray;
-use arrow::datatypes::TimestampMillisecondType;
-use object_store::local::LocalFileSystem;
+use arrow::datatypes::TimestampMicrosecondType;
 use redis::AsyncCommands;
 
 use crate::common::*;
@@ -43,9 +41,15 @@ fn nullable_purchases() -> String {
 fn event_indices(batches: &[(String, arrow::array::RecordBatch)], base_ms: i64) -> BTreeSet<i64> {
     let mut seen = BTreeSet::new();
     for (_, batch) in batches {
-        let times = batch.column(1).as_primitive::<TimestampMillisecondType>();
+        let times = batch
+            .column_by_name("event_time")
+            .expect("event_time")
+            .as_primitive::<TimestampMicrosecondType>();
         for row in 0..batch.num_rows() {
-            assert!(seen.insert(times.value(row) - base_ms), "duplicate row");
+            assert!(
+                seen.insert(times.value(row) / 1000 - base_ms),
+                "duplicate row"
+            );
         }
     }
     seen
@@ -163,9 +167,8 @@ async fn evolution_decodes_compatible_versions_and_dead_letters_an_incompatible_
             "only the pipeline's (v1) features are written"
         );
     }
-    let store: Arc<dyn object_store::ObjectStore> =
-        Arc::new(LocalFileSystem::new_with_prefix(project.path().join("offline")).expect("store"));
-    let batches = read_parquet(store, "evo").await;
+    let store = local_offline_url(&project);
+    let batches = read_table(&store, "evo").await;
     assert!(batches
         .iter()
         .all(|(_, b)| b.schema().field_with_name("churn_risk").is_err()));
@@ -295,11 +298,10 @@ async fn garbage_truncated_and_null_payloads_each_get_their_reason() {
     );
     assert_eq!(connector.stop(), 0);
 
-    let store: Arc<dyn object_store::ObjectStore> =
-        Arc::new(LocalFileSystem::new_with_prefix(project.path().join("offline")).expect("store"));
+    let store = local_offline_url(&project);
     let expected: BTreeSet<i64> = (0..19).collect();
     assert_eq!(
-        event_indices(&read_parquet(store, "bad").await, BASE),
+        event_indices(&read_table(&store, "bad").await, BASE),
         expected,
         "every good event once"
     );
@@ -378,11 +380,10 @@ async fn json_schema_topic_end_to_end() {
             "null segment removes the field"
         );
     }
-    let store: Arc<dyn object_store::ObjectStore> =
-        Arc::new(LocalFileSystem::new_with_prefix(project.path().join("offline")).expect("store"));
+    let store = local_offline_url(&project);
     let expected: BTreeSet<i64> = (0..500).collect();
     assert_eq!(
-        event_indices(&read_parquet(store, "js").await, BASE),
+        event_indices(&read_table(&store, "js").await, BASE),
         expected
     );
 

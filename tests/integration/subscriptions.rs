@@ -103,7 +103,7 @@ async fn failover_moves_to_the_standby_when_the_active_replica_dies() {
     // The standby re-reads the committed files when it takes the partition over, so files
     // the killed replica committed but did not acknowledge are not written twice.
     assert_eq!(
-        unique_events(local_offline_store(&project), "fo").await,
+        unique_events(&local_offline_url(&project), "fo").await,
         EVENTS as usize
     );
 }

@@ -186,11 +186,11 @@ async fn partitioned_topics_and_topic_patterns_are_consumed_exactly() {
     assert_newest_values(&part_prefix, "part", 3000, 300).await;
     assert_newest_values(&pat_prefix, "pat", 3000, 100).await;
     assert_eq!(
-        unique_events(local_offline_store(&project), "part").await,
+        unique_events(&local_offline_url(&project), "part").await,
         3000
     );
     assert_eq!(
-        unique_events(local_offline_store(&project), "pat").await,
+        unique_events(&local_offline_url(&project), "pat").await,
         3000
     );
 }

@@ -6,13 +6,10 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use bytes::Bytes;
-use futures::TryStreamExt;
-use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use redis::AsyncCommands;
 
@@ -360,69 +357,88 @@ pub async fn redis(url: &str) -> redis::aio::MultiplexedConnection {
         .expect("redis connection")
 }
 
-/// Every Parquet file under `prefix` of `store`, read back.
-pub async fn read_parquet(store: Arc<dyn ObjectStore>, prefix: &str) -> Vec<(String, RecordBatch)> {
-    let prefix = object_store::path::Path::from(prefix);
-    let metas: Vec<_> = store
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .expect("list store");
+/// The object_store options of the test S3 server.
+pub fn s3_options() -> std::collections::BTreeMap<String, String> {
+    [
+        ("aws_endpoint", s3_endpoint()),
+        ("aws_region", "us-east-1".to_string()),
+        ("aws_allow_http", "true".to_string()),
+        ("aws_access_key_id", "testing".to_string()),
+        ("aws_secret_access_key", "testing".to_string()),
+        ("aws_virtual_hosted_style_request", "false".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// `s3://<test bucket>/<prefix>`.
+pub fn s3_url(prefix: &str) -> String {
+    format!("s3://{S3_BUCKET}/{prefix}")
+}
+
+/// `file://<project>/offline`, the projects' default offline store.
+pub fn local_offline_url(project: &Project) -> String {
+    format!("file://{}", project.path().join("offline").display())
+}
+
+/// The Delta table of `pipeline` in the store at `store_url` (loaded at its newest version).
+pub async fn open_table(
+    store_url: &str,
+    pipeline: &str,
+) -> (
+    deltalake::DeltaTable,
+    feature_connector::sink::delta::TableLocation,
+) {
+    let store = feature_connector::sink::delta::OfflineStore::open(
+        store_url,
+        Path::new("/"),
+        &s3_options(),
+    )
+    .expect("offline store");
+    let location = store.table(pipeline).expect("table location");
+    let mut table = deltalake::DeltaTable::new(location.log_store.clone());
+    table.load().await.expect("load the Delta table");
+    (table, location)
+}
+
+/// Every row of the table of `pipeline` (its active files only, as the Delta log lists them),
+/// with the file each batch came from (path relative to the table).
+pub async fn read_table(store_url: &str, pipeline: &str) -> Vec<(String, RecordBatch)> {
+    let (table, location) = open_table(store_url, pipeline).await;
+    let paths: Vec<String> = table
+        .snapshot()
+        .expect("snapshot")
+        .log_data()
+        .into_iter()
+        .map(|file| file.path().to_string())
+        .collect();
     let mut out = Vec::new();
-    for meta in metas {
-        if !meta.location.as_ref().ends_with(".parquet") {
-            continue;
-        }
-        let bytes: Bytes = object_store::ObjectStoreExt::get(store.as_ref(), &meta.location)
-            .await
-            .expect("get file")
-            .bytes()
-            .await
-            .expect("read file");
+    for path in paths {
+        let bytes: Bytes = object_store::ObjectStoreExt::get(
+            location.store.as_ref(),
+            &object_store::path::Path::from(path.as_str()),
+        )
+        .await
+        .expect("get file")
+        .bytes()
+        .await
+        .expect("read file");
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .expect("parquet footer")
             .build()
             .expect("parquet reader");
         for batch in reader {
-            out.push((meta.location.to_string(), batch.expect("parquet batch")));
+            out.push((path.clone(), batch.expect("parquet batch")));
         }
     }
     out
 }
 
-/// The S3-compatible test store.
-pub fn s3_store() -> Arc<dyn ObjectStore> {
-    s3_store_for(S3_BUCKET)
-}
-
-/// Bucket `bucket` of the S3-compatible test server.
-pub fn s3_store_for(bucket: &str) -> Arc<dyn ObjectStore> {
-    Arc::new(
-        object_store::aws::AmazonS3Builder::new()
-            .with_bucket_name(bucket)
-            .with_endpoint(s3_endpoint())
-            .with_region("us-east-1")
-            .with_access_key_id("testing")
-            .with_secret_access_key("testing")
-            .with_allow_http(true)
-            .with_virtual_hosted_style_request(false)
-            .build()
-            .expect("s3 store"),
-    )
-}
-
-/// The project's local offline store (`file://offline`).
-pub fn local_offline_store(project: &Project) -> Arc<dyn ObjectStore> {
-    Arc::new(
-        object_store::local::LocalFileSystem::new_with_prefix(project.path().join("offline"))
-            .expect("local store"),
-    )
-}
-
-/// Number of rows under `prefix`, asserting no `(user_id, event_time)` appears twice.
-pub async fn unique_events(store: Arc<dyn ObjectStore>, prefix: &str) -> usize {
+/// Number of rows of the table, asserting no `(user_id, event_time)` appears twice.
+pub async fn unique_events(store_url: &str, pipeline: &str) -> usize {
     let mut seen = std::collections::HashSet::new();
-    for (file, batch) in read_parquet(store, prefix).await {
+    for (file, batch) in read_table(store_url, pipeline).await {
         let users = batch.column_by_name("user_id").expect("user_id column");
         let users = users
             .as_any()
@@ -612,4 +628,32 @@ pub async fn assert_newest_values(prefix: &str, view: &str, events: u64, entitie
             "entity {entity}"
         );
     }
+}
+
+/// The sizes of the files each commit of the table added, in commit order (from the log).
+pub async fn commit_file_sizes(store_url: &str, pipeline: &str) -> Vec<Vec<u64>> {
+    let (table, _) = open_table(store_url, pipeline).await;
+    let latest = table.version().expect("a loaded table");
+    let log_store = table.log_store();
+    let mut out = Vec::new();
+    for version in 1..=latest {
+        let Some(bytes) = log_store
+            .read_commit_entry(version)
+            .await
+            .expect("read commit")
+        else {
+            continue;
+        };
+        let actions = deltalake::logstore::get_actions(version, &bytes).expect("parse commit");
+        out.push(
+            actions
+                .iter()
+                .filter_map(|a| match a {
+                    deltalake::kernel::Action::Add(add) => Some(add.size as u64),
+                    _ => None,
+                })
+                .collect(),
+        );
+    }
+    out
 }

@@ -1,4 +1,4 @@
-//! Settings of the Parquet offline sink.
+//! Settings of the offline sink (a Delta Lake table of Parquet files).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::partition::{Granularity, PartitionTime};
 use crate::config::{issue_at, ConfigIssue, Spanned};
 
 /// Defaults for the object store (service file, `offline:`).
@@ -35,6 +34,28 @@ pub enum Compression {
     None,
 }
 
+/// Which time places a row in a `dt`/`hr` partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionTime {
+    /// The row's event time (what training jobs filter on).
+    #[default]
+    EventTime,
+    /// When the rollover was written.
+    IngestTime,
+}
+
+/// How fine the partitions are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Granularity {
+    /// `dt` only.
+    Day,
+    /// `dt` and `hr`.
+    #[default]
+    Hour,
+}
+
 /// The offline sink of a pipeline (pipeline file, `offline:`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,14 +67,14 @@ pub struct OfflineSinkConfig {
     /// `az://…`; default: the service's `offline.default_url`.
     #[serde(default)]
     pub url: Option<Spanned<String>>,
-    /// A file is written once it holds this many rows.
+    /// A rollover (one commit) happens once this many rows are buffered.
     #[serde(default = "default_rollover_rows")]
     pub rollover_rows: usize,
-    /// A file is written once its encoded size would reach this many bytes (estimated from
-    /// the buffered Arrow size and the compression ratio of the previous file).
+    /// A rollover happens once its encoded size would reach this many bytes (estimated from
+    /// the buffered Arrow size and the compression ratio of the previous rollover).
     #[serde(default)]
     pub rollover_bytes: Option<u64>,
-    /// A file is written once its first row is this old.
+    /// A rollover happens once its first row is this old.
     #[serde(default = "default_rollover_interval", with = "humantime_serde")]
     pub rollover_interval: Duration,
     /// Column compression.
@@ -68,19 +89,18 @@ pub struct OfflineSinkConfig {
     /// Which time picks a row's Hive partition: `event_time` or `ingest_time`.
     #[serde(default)]
     pub partition_by: PartitionTime,
-    /// `hour` (`dt=…/hr=…`) or `day` (`dt=…`).
+    /// `hour` (`dt` and `hr` partition columns) or `day` (`dt` only).
     #[serde(default)]
     pub partition_granularity: Granularity,
-    /// The committed files are read again before a write that brings the first messages of
-    /// a topic partition, or the first after this long without rows: a Failover standby
-    /// that takes over then skips what the failed replica committed but did not get to
-    /// acknowledge. `0s` turns these re-reads off.
-    #[serde(default = "default_recheck_after_idle", with = "humantime_serde")]
-    pub recheck_after_idle: Duration,
+    /// A checkpoint of the table's log is written every this many commits (the table
+    /// property `delta.checkpointInterval`, set when the table is created): start-up reads the
+    /// newest checkpoint and at most this many commits after it.
+    #[serde(default = "default_checkpoint_interval")]
+    pub checkpoint_interval: u64,
 }
 
-fn default_recheck_after_idle() -> Duration {
-    Duration::from_secs(10)
+fn default_checkpoint_interval() -> u64 {
+    100
 }
 
 fn default_true() -> bool {
@@ -128,6 +148,9 @@ impl OfflineSinkConfig {
         }
         if self.row_group_rows == 0 {
             issues.push(plain("offline.row_group_rows", "must be at least 1"));
+        }
+        if self.checkpoint_interval == 0 {
+            issues.push(plain("offline.checkpoint_interval", "must be at least 1"));
         }
         issues
     }

@@ -1,0 +1,78 @@
+//! Writing a rollover's rows as the table's data files: Hive-partitioned Parquet (`dt=…/hr=…`)
+//! with each file's statistics in its Add action, through delta-rs's `RecordBatchWriter`.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use deltalake::kernel::Add;
+use deltalake::writer::{DeltaWriter, RecordBatchWriter};
+use deltalake::{DeltaTable, DeltaTableError};
+use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+use super::config::{Compression, OfflineSinkConfig};
+
+/// File-level metadata keys written into every Parquet file (for people reading a file on its
+/// own; the table's log, not these, is what recovery reads).
+pub mod metadata_keys {
+    /// The pipeline that wrote the file.
+    pub const PIPELINE: &str = "feature_connector.pipeline";
+    /// Rabin fingerprint (hex) of the pipeline's reader schema.
+    pub const SCHEMA_FINGERPRINT: &str = "feature_connector.schema_fingerprint";
+    /// Per topic partition, `[first, last]` message id of the rollover (JSON).
+    pub const MESSAGE_RANGES: &str = "feature_connector.message_ranges";
+}
+
+/// Parquet settings of a pipeline's files.
+pub fn writer_properties(
+    config: &OfflineSinkConfig,
+    metadata: Vec<(String, String)>,
+) -> Result<WriterProperties, String> {
+    let compression = match config.compression {
+        Compression::Zstd => ParquetCompression::ZSTD(
+            ZstdLevel::try_new(config.zstd_level).map_err(|e| e.to_string())?,
+        ),
+        Compression::Snappy => ParquetCompression::SNAPPY,
+        Compression::Lz4 => ParquetCompression::LZ4_RAW,
+        Compression::None => ParquetCompression::UNCOMPRESSED,
+    };
+    Ok(WriterProperties::builder()
+        .set_compression(compression)
+        .set_max_row_group_row_count(Some(config.row_group_rows))
+        .set_dictionary_enabled(true)
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_key_value_metadata(Some(
+            metadata
+                .into_iter()
+                .map(|(k, v)| KeyValue::new(k, v))
+                .collect(),
+        ))
+        .build())
+}
+
+/// Writes `batches` (table rows, partition columns included) as new data files of `table`
+/// and returns their Add actions. Nothing is committed: files of a rollover whose commit never
+/// lands are never read, and `offline vacuum` deletes them.
+///
+/// Encoding is CPU work, so it runs on the blocking pool; the uploads it makes go through the
+/// runtime from there.
+pub async fn write_files(
+    table: &DeltaTable,
+    batches: Vec<RecordBatch>,
+    properties: WriterProperties,
+) -> Result<Vec<Add>, DeltaTableError> {
+    let mut writer = RecordBatchWriter::for_table(table)?.with_writer_properties(properties);
+    let runtime = tokio::runtime::Handle::current();
+    let batches = Arc::new(batches);
+    tokio::task::spawn_blocking(move || {
+        runtime.block_on(async move {
+            for batch in batches.iter() {
+                writer.write(batch.clone()).await?;
+            }
+            writer.flush().await
+        })
+    })
+    .await
+    .map_err(|e| DeltaTableError::Generic(format!("Parquet encoder task failed: {e}")))?
+}
