@@ -31,7 +31,8 @@ STATE=${FC_STATE_DIR:-$ROOT/.services}
 LOGS=$STATE/logs
 LOG=$LOGS/delta-pip.log
 PINS=("deltalake[pyarrow]==1.6.6" polars==2.1.0 duckdb==1.5.5 duckdb-extension-delta==1.5.5
-      duckdb-extension-httpfs==1.5.5 s3fs==2026.9.0)
+      duckdb-extension-httpfs==1.5.5 s3fs==2026.9.0 "ibis-framework[duckdb]==12.0.0"
+      sqlglot==30.31.0)
 
 log() { printf '[delta-env] %s\n' "$*" >&2; }
 fail() {
@@ -63,12 +64,14 @@ EOF
 # Full check after an install: everything imports, the DuckDB extension loads, feast still works.
 imports_ok() {
   "$PY" - <<'EOF' >>"$LOG" 2>&1
-import importlib, pathlib, deltalake, polars, duckdb, s3fs, feast
+import importlib, pathlib, deltalake, polars, duckdb, s3fs, feast, ibis
+import feast.infra.offline_stores.duckdb  # Feast's duckdb offline store (ibis + duckdb)
 con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
 for name in ("delta", "httpfs"):
     pkg = pathlib.Path(importlib.import_module(f"duckdb_extension_{name}").__file__).parent
     con.execute(f"LOAD '{pkg}/extensions/v{duckdb.__version__}/{name}.duckdb_extension'")
-print("imports ok:", deltalake.__version__, polars.__version__, duckdb.__version__, feast.__version__)
+print("imports ok:", deltalake.__version__, polars.__version__, duckdb.__version__, ibis.__version__,
+      feast.__version__)
 EOF
 }
 

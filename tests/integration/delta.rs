@@ -133,7 +133,8 @@ async fn replicas_handing_partitions_over_and_a_backfill_write_every_event_once(
             if round % 3 == 0 {
                 replica.kill_hard();
             } else {
-                assert_eq!(replica.stop(), 0, "graceful stop of r{which}");
+                let (code, log) = replica.stop_with_log();
+                assert_eq!(code, 0, "graceful stop of r{which}: {log}");
             }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -164,6 +165,18 @@ async fn replicas_handing_partitions_over_and_a_backfill_write_every_event_once(
     for replica in replicas.into_iter().flatten() {
         assert_eq!(replica.stop(), 0);
     }
+    // How often the hand-over mattered in this run (informative: timing decides).
+    let logs: String = std::fs::read_dir(project.path())
+        .expect("project dir")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    println!(
+        "restarts: {round}, skipped-row batches: {}, commit conflicts: {}",
+        logs.matches("skipping rows already committed").count(),
+        logs.matches("met another writer").count()
+    );
     let store = local_offline_url(&project);
     assert_eq!(unique_events(&store, "rep").await, EVENTS as usize);
     let read = read_with("deltalake", &format!("{store}/rep"));

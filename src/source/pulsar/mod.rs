@@ -6,7 +6,7 @@ mod config;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use pulsar::consumer::{ConsumerOptions, InitialPosition};
 use pulsar::message::proto::command_subscribe::SubType;
 use pulsar::message::proto::MessageIdData;
@@ -50,6 +50,11 @@ pub enum SourceError {
         reason: String,
     },
 }
+
+/// How long closing a consumer may take at shutdown.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// One close attempt, between two emptyings of the prefetch queue.
+const CLOSE_ATTEMPT: Duration = Duration::from_millis(200);
 
 /// Where a message sits in its topic: enough to acknowledge it later without keeping it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -368,11 +373,33 @@ impl Source for PulsarSource {
         Ok(())
     }
 
+    /// The consumer engine hands prefetched messages over through a bounded queue, and
+    /// handles acknowledgements and the close only between two hand-overs: once the lane stops
+    /// taking messages, a full queue would block it, and with it the last acknowledgements and
+    /// the close, for good. So the queue is emptied (those messages were never acknowledged;
+    /// the broker delivers them again) between short close attempts.
     async fn close(&mut self) {
-        if let Some(mut consumer) = self.consumer.take() {
-            if let Err(e) = consumer.close().await {
-                tracing::debug!(error = %e, "closing consumer");
+        let Some(mut consumer) = self.consumer.take() else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + CLOSE_TIMEOUT;
+        let mut dropped = 0usize;
+        while tokio::time::Instant::now() < deadline {
+            while let Some(Some(_)) = consumer.next().now_or_never() {
+                dropped += 1;
+            }
+            match tokio::time::timeout(CLOSE_ATTEMPT, consumer.close()).await {
+                Ok(Ok(())) => {
+                    tracing::debug!(dropped, "consumer closed");
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "closing consumer");
+                    return;
+                }
+                Err(_) => continue,
             }
         }
+        tracing::debug!(dropped, "consumer did not close in time; dropping it");
     }
 }

@@ -241,6 +241,13 @@ impl Connector {
         status.code().unwrap_or(-1)
     }
 
+    /// SIGTERM, then the exit code and the whole log (shutdown included).
+    pub fn stop_with_log(self) -> (i32, String) {
+        let path = self.log.clone();
+        let code = self.stop();
+        (code, std::fs::read_to_string(path).unwrap_or_default())
+    }
+
     /// SIGKILL: a crash, no shutdown work at all.
     pub fn kill_hard(mut self) {
         let _ = self.child.kill();
