@@ -22,6 +22,18 @@
 #   s3fs 2026.9.0     = the venv's fsspec version; Feast's file offline store reads s3:// sources
 #                     through dask/fsspec. Its aiobotocore needs python-dateutil<3, so pip moves
 #                     python-dateutil 4.0.0 back to 2.9.0.post0 (pandas only needs >=2.8.2).
+#   ibis-framework[duckdb] 12.0.0 + sqlglot 30.31.0: Feast's duckdb offline store (feast 0.67.0's
+#                     "duckdb" extra asks ibis-framework[duckdb]>=10.0.0; 12.0.0 is the newest;
+#                     its duckdb extra needs duckdb>=0.10.3,!=1.3.0, numpy<3, pandas<4 (10.x/11.x:
+#                     pandas<3), pyarrow>=10.0.1, so the venv's duckdb 1.5.5, numpy 2.4, pandas
+#                     2.3.3 and pyarrow 26 stay). sqlglot is pinned because ibis only asks
+#                     >=23.4,!=26.32.0 and a new sqlglot major can break ibis's compiler; 30.31.0
+#                     is what pip resolved and what the Feast runs were checked with. Also brings
+#                     atpublic, parsy, pyarrow-hotfix, rich (+ markdown-it-py, mdurl).
+#                     ibis's DuckDB read_delta is delta_scan (the delta extension), not deltalake;
+#                     tests/feast/historical_delta.py sets up the extension so ibis never downloads.
+#
+# The stamp file holds the pin list, so a change to PINS re-runs pip on existing venvs.
 #
 # Environment: FC_STATE_DIR (default <repo>/.services), plus whatever scripts/feast_env.sh reads.
 set -Eeuo pipefail
@@ -65,7 +77,7 @@ EOF
 imports_ok() {
   "$PY" - <<'EOF' >>"$LOG" 2>&1
 import importlib, pathlib, deltalake, polars, duckdb, s3fs, feast, ibis
-import feast.infra.offline_stores.duckdb  # Feast's duckdb offline store (ibis + duckdb)
+import ibis.backends.duckdb, feast.infra.offline_stores.duckdb  # Feast's duckdb offline store
 con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
 for name in ("delta", "httpfs"):
     pkg = pathlib.Path(importlib.import_module(f"duckdb_extension_{name}").__file__).parent

@@ -1,7 +1,9 @@
-//! Command-line interface: `run`, `validate`, `produce`, `schemas`, `get`, `backfill`.
+//! Command-line interface: `run`, `validate`, `produce`, `schemas`, `get`, `backfill`,
+//! `offline`.
 
 mod backfill;
 mod get;
+mod offline;
 mod pacing;
 mod produce;
 mod run;
@@ -18,7 +20,7 @@ use crate::config::{load_pipelines, ConfigError, PipelineConfig, ServiceConfig};
 /// Exit status for configuration errors (as `validate` documents).
 pub const EXIT_CONFIG: u8 = 2;
 
-/// feature-connector: Pulsar feature topics into Redis (online) and Parquet (offline).
+/// feature-connector: Pulsar feature topics into Redis (online) and Delta Lake (offline).
 #[derive(Debug, Parser)]
 #[command(name = "feature-connector", version, about)]
 pub struct Cli {
@@ -36,6 +38,8 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Read a retained topic into a pipeline's offline store only (idempotent).
     Backfill(backfill::BackfillArgs),
+    /// Maintain a pipeline's offline Delta table: compact small files, vacuum old ones.
+    Offline(offline::OfflineArgs),
     /// Print the online feature values of entities as JSON.
     Get(get::GetArgs),
     /// Compare local schema files with the topic's registered versions, or register them.
@@ -130,6 +134,7 @@ pub fn main() -> ExitCode {
             Command::Schemas(args) => schemas::schemas(args).await,
             Command::Get(args) => get::get(args).await,
             Command::Backfill(args) => backfill::backfill(args).await,
+            Command::Offline(args) => offline::offline(args).await,
         }
     })
 }

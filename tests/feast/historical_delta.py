@@ -16,7 +16,8 @@ document on stdout:
      "ibis_version": "12.0.0",              # null with --offline-store file
      "rows": [{"user_id": "user-1", "event_timestamp": "2026-09-09T10:00:00+00:00",
                "purchases_30d": 11}, ...],   # rows[i] answers entity_rows[i]
-     "missing_entity_rows": [0],            # entity rows Feast returned no row for (rows[i] null)
+     "missing_entity_rows": [0],            # entity rows Feast returned no row for (rows[i] null;
+                                            # file store only: duckdb returns null features)
      "duplicated_entity_rows": []}          # entity rows Feast returned >1 row for (first kept)
 
 Values: null for missing/NaN, timestamps as ISO-8601 strings, bytes as base64, lists as lists.
@@ -42,10 +43,13 @@ function delta_scan'.
 --offline-store file (Feast's FileOfflineStore, dask): Feast 0.67.0 reads a DeltaFormat source
 with dask.read_parquet on the table directory: it does not read _delta_log, so rows in files a
 later commit removed are still returned; it drops entity rows whose every candidate row is
-newer than the asked time (hence "missing_entity_rows"); and on a multi-file source an entity
-key with no rows at all fails inside dask's sort ("Divisions calculation failed for
-non-numeric column ..."). For s3:// tables the FileSource gets s3_endpoint_override and s3fs
-takes credentials from the AWS_* variables.
+newer than the asked time (hence "missing_entity_rows"); on a multi-file source an entity key
+with no rows at all can fail inside dask's sort, depending on the other entity rows asked
+("NotImplementedError: Divisions calculation failed for non-numeric column
+'pulsar_publish_time'."); and asking for the created-timestamp column pulsar_publish_time as a
+feature fails ("ValueError: Wrong number of dimensions. values.ndim > ndim [2 > 1]"; the duckdb
+store returns it). For s3:// tables the FileSource gets s3_endpoint_override and s3fs takes
+credentials from the AWS_* variables.
 
 SPEC.json:
     {"table": "/tmp/x/offline/pit",          # local path or s3://bucket/prefix/pit

@@ -291,3 +291,131 @@ async fn a_folder_of_plain_parquet_files_is_refused_with_the_way_out() {
         "no table was created over the old files"
     );
 }
+
+fn stdout_of(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_while_the_connector_writes_keeps_every_row_and_vacuum_deletes_the_rest() {
+    const EVENTS: u64 = 10_000;
+    let project = Project::new(&redis_url());
+    project.pipeline(
+        "cmp",
+        "online:\n  enabled: false",
+        "offline:\n  url: file://offline\n  rollover_rows: 500\n  rollover_interval: 1s",
+    );
+    project.produce("cmp", EVENTS, 500, BASE, 100);
+    let connector = project.start();
+    wait_drained(&project.topic, &["cmp-offline"], Duration::from_secs(60)).await;
+    let store = local_offline_url(&project);
+    let before = read_table(&store, "cmp")
+        .await
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    assert!(before >= 10, "{before} files of 500 rows");
+
+    // More events arrive while the table is compacted: both commits land, no row twice.
+    let producer = project
+        .command_with_env(
+            &[
+                "produce",
+                "--pipeline",
+                "cmp",
+                "--count",
+                &EVENTS.to_string(),
+                "--start",
+                &EVENTS.to_string(),
+                "--entities",
+                "500",
+                "--base-ms",
+                &BASE.to_string(),
+                "--batch",
+                "100",
+                "--rate",
+                "3000",
+            ],
+            &[],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("producer");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let compacted = project.run_command(&[
+        "offline",
+        "compact",
+        "--pipeline",
+        "cmp",
+        "--older-than",
+        "0s",
+    ]);
+    let report = stdout_of(&compacted);
+    assert!(compacted.status.success(), "{report}");
+    assert!(report.contains("compacted into version"), "{report}");
+    let produced = producer.wait_with_output().expect("producer");
+    assert!(produced.status.success());
+    wait_drained(&project.topic, &["cmp-offline"], Duration::from_secs(60)).await;
+    assert_eq!(connector.stop(), 0);
+    assert_eq!(unique_events(&store, "cmp").await, 2 * EVENTS as usize);
+    // "compacted into version V: before N files, B bytes, after M files, …"
+    let counts: Vec<usize> = report
+        .split("compacted into version")
+        .nth(1)
+        .expect("summary line")
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|word| word.parse().ok())
+        .collect();
+    assert!(
+        counts.len() >= 5 && counts[3] < counts[1] && counts[1] >= before,
+        "fewer files after compaction: {report}"
+    );
+    let files: std::collections::BTreeSet<String> = read_table(&store, "cmp")
+        .await
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect();
+
+    // Vacuum: a short retention needs the explicit flag; then only referenced files remain.
+    let refused =
+        project.run_command(&["offline", "vacuum", "--pipeline", "cmp", "--retain", "0s"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stdout_of(&refused));
+    let vacuumed = project.run_command(&[
+        "offline",
+        "vacuum",
+        "--pipeline",
+        "cmp",
+        "--retain",
+        "0s",
+        "--allow-short-retention",
+    ]);
+    let report = stdout_of(&vacuumed);
+    assert!(vacuumed.status.success(), "{report}");
+    let on_disk = walk_parquet(&project.path().join("offline/cmp"));
+    assert_eq!(on_disk, files.len(), "{report}");
+    assert_eq!(unique_events(&store, "cmp").await, 2 * EVENTS as usize);
+    let read = read_with("deltalake", &format!("{store}/cmp"));
+    assert_eq!(read["rows"], serde_json::json!(2 * EVENTS), "{read}");
+}
+
+fn walk_parquet(dir: &Path) -> usize {
+    let mut count = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        for entry in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() && !p.ends_with("_delta_log") {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "parquet") {
+                count += 1;
+            }
+        }
+    }
+    count
+}

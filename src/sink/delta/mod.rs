@@ -22,6 +22,7 @@
 mod config;
 mod files;
 mod layout;
+mod maintenance;
 mod positions;
 mod store;
 mod table;
@@ -33,10 +34,11 @@ pub use config::{
     check_store_url, Compression, Granularity, ObjectStoreServiceConfig, OfflineSinkConfig,
     PartitionTime,
 };
-pub use files::metadata_keys;
+pub use files::{metadata_keys, writer_properties};
 pub use layout::{
     desired_schema, LayoutError, TableLayout, DATE_COLUMN, HOUR_COLUMN, PUBLISH_TIME_COLUMN,
 };
+pub use maintenance::{partition_end_ms, plan_compaction, ActiveFile, CompactionGroup, FileCount};
 pub use positions::{message_key, CommittedPositions, MessageKey};
 pub use store::{OfflineStore, StoreError, TableLocation};
 pub use table::{CommitError, Committed, OfflineTable, Opened, TableError};

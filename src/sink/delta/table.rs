@@ -129,6 +129,62 @@ impl OfflineTable {
         ))
     }
 
+    /// Opens a table that must exist, as it is (maintenance commands).
+    pub async fn open_existing(location: TableLocation) -> Result<Self, TableError> {
+        let mut table = DeltaTable::new(location.log_store.clone());
+        table.load().await.map_err(|source| match source {
+            DeltaTableError::NotATable(_) => {
+                TableError::Refused(format!("{} is not a Delta table (yet)", location.url))
+            }
+            source => TableError::Delta {
+                what: "reading the table's log",
+                source,
+            },
+        })?;
+        let checkpoint_interval = table
+            .snapshot()
+            .ok()
+            .and_then(|s| s.table_config().checkpoint_interval)
+            .map_or(100, |n| n.get());
+        Ok(Self {
+            location,
+            table,
+            positions: CommittedPositions::default(),
+            checkpoint_interval,
+            checkpoints: None,
+        })
+    }
+
+    /// Takes over a table state an operation returned.
+    pub(crate) fn replace(&mut self, table: DeltaTable) {
+        self.table = table;
+    }
+
+    /// Commits `actions` as one version of `operation` (maintenance), letting delta-rs check
+    /// and pass other writers' commits; returns the version.
+    pub(crate) async fn commit_actions(
+        &mut self,
+        actions: Vec<Action>,
+        operation: DeltaOperation,
+    ) -> Result<u64, TableError> {
+        let state = self
+            .table
+            .snapshot()
+            .map_err(TableError::delta("reading the table"))?;
+        let finalized = CommitBuilder::from(
+            CommitProperties::default()
+                .with_create_checkpoint(false)
+                .with_cleanup_expired_logs(Some(false))
+                .with_max_retries(20),
+        )
+        .with_actions(actions)
+        .build(Some(state), self.log_store(), operation)
+        .await
+        .map_err(TableError::delta("committing"))?;
+        self.table.state = Some(finalized.snapshot());
+        Ok(finalized.version())
+    }
+
     /// The table's URL.
     pub fn url(&self) -> &url::Url {
         &self.location.url

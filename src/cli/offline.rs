@@ -1,0 +1,237 @@
+//! `feature-connector offline compact|vacuum`: maintenance of a pipeline's Delta table, safe
+//! while the connector runs.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{ConfigArgs, EXIT_CONFIG};
+use crate::config::{PipelineConfig, ServiceConfig};
+use crate::sink::delta::{
+    plan_compaction, writer_properties, FileCount, OfflineStore, OfflineTable,
+};
+
+/// Options of `offline`.
+#[derive(Debug, Args)]
+pub struct OfflineArgs {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, Subcommand)]
+enum Action {
+    /// Rewrite the small files of closed partitions into large ones, in one commit that
+    /// readers see as no data change.
+    Compact {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Pipeline whose table to compact.
+        #[arg(long)]
+        pipeline: String,
+        /// Only partitions (hours or days) that ended at least this long ago.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        older_than: Duration,
+        /// Files at least this large are left alone; small ones are packed up to it (MiB).
+        #[arg(long, default_value_t = 128)]
+        target_mib: u64,
+    },
+    /// Delete data files no version references any more (replaced by a compaction, or
+    /// written by a rollover whose commit never landed) once they are older than `--retain`.
+    Vacuum {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Pipeline whose table to vacuum.
+        #[arg(long)]
+        pipeline: String,
+        /// Keep unreferenced files younger than this (readers of older versions, rollovers
+        /// being committed right now).
+        #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+        retain: Duration,
+        /// Allow `--retain` below one hour: only when no connector or backfill is writing
+        /// to the table (a rollover's files exist shortly before its commit does).
+        #[arg(long)]
+        allow_short_retention: bool,
+        /// Print what would be deleted, delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// The shortest `--retain` allowed while writers may be running.
+const SAFE_RETENTION: Duration = Duration::from_secs(3600);
+
+/// Runs `offline compact` or `offline vacuum`.
+pub async fn offline(args: OfflineArgs) -> ExitCode {
+    let (Action::Compact {
+        config, pipeline, ..
+    }
+    | Action::Vacuum {
+        config, pipeline, ..
+    }) = &args.action;
+    let (service, pipeline) = match config.load_pipeline(pipeline) {
+        Ok(found) => found,
+        Err(code) => return code,
+    };
+    let Some(offline) = pipeline.offline.clone() else {
+        eprintln!("error: pipeline `{}` has no offline sink", pipeline.name);
+        return ExitCode::from(EXIT_CONFIG);
+    };
+    let mut table = match open(&service, &pipeline, config).await {
+        Ok(table) => table,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match args.action {
+        Action::Compact {
+            older_than,
+            target_mib,
+            ..
+        } => compact(&mut table, &offline, older_than, target_mib * 1024 * 1024).await,
+        Action::Vacuum {
+            retain,
+            allow_short_retention,
+            dry_run,
+            ..
+        } => {
+            if retain < SAFE_RETENTION && !allow_short_retention {
+                eprintln!(
+                    "error: --retain {} is below 1h: a running connector's rollover files exist shortly before their commit, and vacuum would delete them; pass --allow-short-retention if nothing writes to the table",
+                    humantime::format_duration(retain)
+                );
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            vacuum(&mut table, retain, dry_run).await
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn open(
+    service: &ServiceConfig,
+    pipeline: &PipelineConfig,
+    config: &ConfigArgs,
+) -> Result<OfflineTable, String> {
+    let url = pipeline
+        .offline
+        .as_ref()
+        .and_then(|o| o.url.as_ref())
+        .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
+    let store = OfflineStore::open(url, config.root(), &service.offline.options)
+        .map_err(|e| e.to_string())?;
+    let location = store.table(&pipeline.name).map_err(|e| e.to_string())?;
+    OfflineTable::open_existing(location)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn describe(count: FileCount) -> String {
+    format!("{} files, {} bytes", count.files, count.bytes)
+}
+
+fn bar(total: usize, what: &str) -> ProgressBar {
+    let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        ProgressBar::new(total as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} {{pos}}/{{len}} files  [{{bar:30}}]  ETA {{eta}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+async fn compact(
+    table: &mut OfflineTable,
+    offline: &crate::sink::delta::OfflineSinkConfig,
+    older_than: Duration,
+    target_bytes: u64,
+) -> Result<(), String> {
+    let files = table.active_files().map_err(|e| e.to_string())?;
+    let before = FileCount::of(&files);
+    let groups = plan_compaction(
+        &files,
+        chrono::Utc::now().timestamp_millis(),
+        older_than,
+        target_bytes,
+    );
+    let rewritten: usize = groups.iter().map(|g| g.files.len()).sum();
+    println!(
+        "{}: {} in table version {}; {rewritten} small files in {} groups to rewrite",
+        table.url(),
+        describe(before),
+        table.version(),
+        groups.len()
+    );
+    if groups.is_empty() {
+        return Ok(());
+    }
+    let properties = writer_properties(
+        offline,
+        vec![(
+            crate::sink::delta::metadata_keys::PIPELINE.to_string(),
+            "compacted".to_string(),
+        )],
+    )?;
+    let progress = bar(rewritten, "compacting");
+    let version = table
+        .compact(&groups, properties, |done| {
+            progress.set_position(done as u64)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    progress.finish_and_clear();
+    let after = FileCount::of(&table.active_files().map_err(|e| e.to_string())?);
+    println!(
+        "compacted into version {version}: before {}, after {} (replaced files stay on storage until `offline vacuum`)",
+        describe(before),
+        describe(after)
+    );
+    Ok(())
+}
+
+async fn vacuum(table: &mut OfflineTable, retain: Duration, dry_run: bool) -> Result<(), String> {
+    let before = table.stored_files().await.map_err(|e| e.to_string())?;
+    let active = FileCount::of(&table.active_files().map_err(|e| e.to_string())?);
+    println!(
+        "{}: {} on storage, {} referenced by version {}",
+        table.url(),
+        describe(before),
+        describe(active),
+        table.version()
+    );
+    let progress = bar(0, "vacuuming");
+    progress.enable_steady_tick(Duration::from_millis(200));
+    let deleted = table
+        .vacuum(retain, dry_run)
+        .await
+        .map_err(|e| e.to_string())?;
+    progress.finish_and_clear();
+    if dry_run {
+        for path in &deleted {
+            println!("would delete {path}");
+        }
+        println!("dry run: {} files would be deleted", deleted.len());
+        return Ok(());
+    }
+    let after = table.stored_files().await.map_err(|e| e.to_string())?;
+    println!(
+        "vacuumed: {} deleted; before {}, after {}",
+        deleted.len(),
+        describe(before),
+        describe(after)
+    );
+    Ok(())
+}
