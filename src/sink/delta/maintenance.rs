@@ -352,10 +352,10 @@ mod tests {
             .collect();
         assert_eq!(paths, vec![vec!["b", "a"]]);
         // An hour later both are closed, but not with older_than 1h for hour 11.
-        let groups = plan_compaction(&files, eleven_thirty + 3_600_000, hour, 1000);
+        let groups = plan_compaction(&files, eleven_thirty + 3_600_000, hour, 400);
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].files.len(), 3, "big is not small");
-        let groups = plan_compaction(&files, eleven_thirty + 7_200_000, hour, 1000);
+        let groups = plan_compaction(&files, eleven_thirty + 7_200_000, hour, 400);
         assert_eq!(groups.len(), 2);
     }
 
