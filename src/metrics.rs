@@ -7,6 +7,17 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+/// Labels of offline store request counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreRequestLabels {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// `get`, `head`, `put`, `list`, `delete`, `copy`.
+    pub operation: &'static str,
+    /// `log` (the table's `_delta_log`) or `data` (data files, and listings outside the log).
+    pub target: &'static str,
+}
+
 /// Labels of per-lane metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LaneLabels {
@@ -61,6 +72,8 @@ pub struct Metrics {
     pub offline_rows_skipped: Family<PipelineLabels, Counter>,
     /// The table version the sink last saw.
     pub offline_table_version: Family<PipelineLabels, Gauge>,
+    /// Requests to the offline store, by operation and target.
+    pub offline_store_requests: Family<StoreRequestLabels, Counter>,
     /// Rows handed to the sink.
     pub rows_written: Family<LaneLabels, Counter>,
     /// Messages acknowledged after their sink made them durable.
@@ -101,6 +114,12 @@ impl Metrics {
         let offline_commit_concurrent = Family::<PipelineLabels, Counter>::default();
         let offline_rows_skipped = Family::<PipelineLabels, Counter>::default();
         let offline_table_version = Family::<PipelineLabels, Gauge>::default();
+        let offline_store_requests = Family::<StoreRequestLabels, Counter>::default();
+        registry.register(
+            "offline_store_requests",
+            "Requests to the offline object store, by operation and target (log or data)",
+            offline_store_requests.clone(),
+        );
         // 1 ms … ~65 s.
         let offline_commit_seconds =
             Family::<PipelineLabels, Histogram>::new_with_constructor(|| {
@@ -235,6 +254,7 @@ impl Metrics {
             offline_commit_concurrent,
             offline_rows_skipped,
             offline_table_version,
+            offline_store_requests,
             health: crate::health::Health::default(),
         }
     }

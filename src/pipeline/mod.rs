@@ -223,7 +223,8 @@ async fn build_lanes(
             .as_ref()
             .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
         let store = OfflineStore::open(url, root, &service.offline.options)
-            .map_err(|e| setup(e.to_string()))?;
+            .map_err(|e| setup(e.to_string()))?
+            .counted(metrics, &pipeline.name);
         let spec = TableSpec::new(
             &store,
             &pipeline.name,

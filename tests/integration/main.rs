@@ -7,6 +7,7 @@ mod delta;
 mod deploy;
 mod end_to_end;
 mod feast;
+mod feast_offline;
 mod fuzz_regressions;
 mod isolation;
 mod offline;

@@ -24,6 +24,7 @@ mod files;
 mod layout;
 mod maintenance;
 mod positions;
+mod requests;
 mod store;
 mod table;
 mod writer;

@@ -132,6 +132,16 @@ impl OfflineStore {
         })
     }
 
+    /// Counts every request this store makes from now on in `metrics`, for `pipeline`.
+    pub fn counted(mut self, metrics: &crate::metrics::Metrics, pipeline: &str) -> Self {
+        self.root = Arc::new(super::requests::CountingStore::new(
+            self.root,
+            pipeline,
+            metrics.offline_store_requests.clone(),
+        ));
+        self
+    }
+
     /// The table of `pipeline` (`<prefix>/<pipeline>`).
     pub fn table(&self, pipeline: &str) -> Result<TableLocation, StoreError> {
         let url = self

@@ -1,0 +1,129 @@
+//! Builds a table's history for the offline start-up benchmark (bench/offline_startup.py):
+//! commits `--rollovers` rollovers of `--rows` rows each through the connector's own offline
+//! sink, as a pipeline on a `--partitions`-partition topic would, and prints the commit
+//! latencies (each rollover's write → committed) as JSON.
+//!
+//!   cargo run --release --example offline_history -- --store s3://bucket/prefix \
+//!       --pipeline history --rollovers 10000 --rows 20
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use feature_connector::record::RowBatch;
+use feature_connector::sink::delta::{DeltaSink, OfflineSinkConfig, OfflineStore, TableSpec};
+use feature_connector::sink::Sink;
+use feature_connector::source::MessagePosition;
+use pulsar::message::proto::MessageIdData;
+use tokio_util::sync::CancellationToken;
+
+fn flag(args: &[String], name: &str, default: &str) -> String {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| default.to_string())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let store_url = flag(&args, "--store", "file:///tmp/offline-history");
+    let pipeline = flag(&args, "--pipeline", "history");
+    let rollovers: usize = flag(&args, "--rollovers", "100").parse()?;
+    let rows: usize = flag(&args, "--rows", "20").parse()?;
+    let partitions: usize = flag(&args, "--partitions", "4").parse()?;
+    let topic = flag(&args, "--topic", "persistent://public/default/history");
+    let options: BTreeMap<String, String> = [
+        (
+            "aws_endpoint",
+            std::env::var("S3_ENDPOINT").unwrap_or_default(),
+        ),
+        ("aws_allow_http", "true".into()),
+        ("aws_region", "us-east-1".into()),
+        ("aws_virtual_hosted_style_request", "false".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("user_id", DataType::Utf8, false),
+        Field::new("event_time", DataType::Int64, false),
+        Field::new("value", DataType::Float64, false),
+    ]));
+    let config: OfflineSinkConfig =
+        serde_saphyr::from_str(&format!("rollover_rows: {rows}\nrollover_interval: 1h\n"))?;
+    let store = OfflineStore::open(&store_url, Path::new("."), &options)?;
+    let spec = TableSpec::new(&store, &pipeline, &schema, "event_time", &config)?;
+    let mut sink = DeltaSink::new(spec, config, None, CancellationToken::new());
+    sink.start().await?;
+
+    let base_ms = 1_790_000_000_000_i64;
+    let mut latencies = Vec::with_capacity(rollovers);
+    let mut entry = vec![0u64; partitions];
+    for rollover in 0..rollovers {
+        let partition = rollover % partitions;
+        let start = rollover * rows;
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    (start..start + rows).map(|i| format!("user-{}", i % 1000)),
+                )),
+                Arc::new(Int64Array::from_iter_values(
+                    (start..start + rows).map(|i| base_ms + i as i64 * 1000),
+                )),
+                Arc::new(Float64Array::from_iter_values(
+                    (start..start + rows).map(|i| i as f64),
+                )),
+            ],
+        )?;
+        let positions: Vec<MessagePosition> = (0..rows)
+            .map(|_| {
+                entry[partition] += 1;
+                MessagePosition {
+                    topic: format!("{topic}-partition-{partition}"),
+                    id: MessageIdData {
+                        ledger_id: 1,
+                        entry_id: entry[partition],
+                        ..Default::default()
+                    },
+                    batch_size: None,
+                }
+            })
+            .collect();
+        let started = Instant::now();
+        let durable = sink
+            .write(RowBatch {
+                rows: batch,
+                publish_times_ms: vec![u64::try_from(base_ms)?; rows],
+                row_positions: (0..rows).collect(),
+                positions,
+            })
+            .await?;
+        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+        if durable.len() != rows {
+            return Err(format!("rollover {rollover}: {} durable of {rows}", durable.len()).into());
+        }
+        if (rollover + 1) % 500 == 0 {
+            eprintln!("{} rollovers committed", rollover + 1);
+        }
+    }
+    let mut sorted = latencies.clone();
+    sorted.sort_by(f64::total_cmp);
+    let pick = |q: f64| sorted[((sorted.len() as f64 - 1.0) * q).round() as usize];
+    println!(
+        "{}",
+        serde_json::json!({
+            "rollovers": rollovers,
+            "rows_per_rollover": rows,
+            "commit_ms": {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": pick(1.0),
+                          "mean": latencies.iter().sum::<f64>() / latencies.len() as f64},
+        })
+    );
+    Ok(())
+}
