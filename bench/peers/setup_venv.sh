@@ -4,7 +4,7 @@
 # Usage: bench/peers/setup_venv.sh    prints the venv's python path on the last line of stdout
 #   PY=$(bench/peers/setup_venv.sh | tail -1)
 #
-# Idempotent and non-interactive. Runs scripts/feast_env.sh (the Feast 0.67 venv under
+# Idempotent and non-interactive. Runs scripts/delta_env.sh (the Feast 0.67 venv, with the Delta readers, under
 # ${FC_STATE_DIR:-<repo>/.services}/feast-venv), then pip-installs the pins below into that same
 # venv, only when one of them is not installed at exactly that version. pip's output goes to
 # $STATE/logs/peers-pip.log; on failure its tail is printed to stderr and the script exits 1.
@@ -13,7 +13,7 @@
 # `redis<8,>=4.2.2` for its redis extra, and 7.4.1 is what `feast[redis]==0.67.0` resolves to.
 # Both contenders then run Feast's supported client, the same one.
 #
-# Environment: FC_STATE_DIR (default <repo>/.services), plus whatever scripts/feast_env.sh reads.
+# Environment: FC_STATE_DIR (default <repo>/.services), plus whatever scripts/delta_env.sh reads.
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -32,9 +32,9 @@ fail() {
   exit 1
 }
 
-# feast_env.sh logs to stderr; its stdout's last line is the interpreter.
-PY=$(bash "$ROOT/scripts/feast_env.sh" | tail -n 1) || fail "scripts/feast_env.sh failed"
-[[ -x $PY ]] || fail "scripts/feast_env.sh printed '$PY', which is not an interpreter"
+# delta_env.sh logs to stderr; its stdout's last line is the interpreter.
+PY=$(bash "$ROOT/scripts/delta_env.sh" | tail -n 1) || fail "scripts/delta_env.sh failed"
+[[ -x $PY ]] || fail "scripts/delta_env.sh printed '$PY', which is not an interpreter"
 mkdir -p "$LOGS"
 
 # True when every pin is installed at exactly its version (metadata only: fast).

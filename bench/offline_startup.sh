@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Offline start-up and commit benchmark (see bench/offline_startup.py): starts the services,
+# builds the release binary and examples/offline_history, and runs it.
+#
+#   bash bench/offline_startup.sh                                 # 100 and 10,000 rollovers
+#   bash bench/offline_startup.sh --rollovers 100,1000 --starts 3 # quicker
+set -Eeuo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+bash scripts/services.sh start >&2
+# shellcheck disable=SC1091
+source .services/env
+cargo build --release --quiet --bin feature-connector --example offline_history
+exec python3 bench/offline_startup.py "$@"
