@@ -374,6 +374,16 @@ fn check(
     }
     if let Some(offline) = &offline {
         issues.extend(offline.check(file));
+        if let Some(schema) = &schema {
+            issues.extend(offline_table_issues(
+                file,
+                schema,
+                &keys.value,
+                &event_time.value,
+                &features,
+                offline,
+            ));
+        }
     }
     if online.is_none() && offline.is_none() {
         issues.push(ConfigIssue {
@@ -400,5 +410,40 @@ fn check(
             offline,
         }),
         _ => Err(issues),
+    }
+}
+
+/// Fields the offline Delta table cannot take (a name it adds itself, a type Delta lacks).
+fn offline_table_issues(
+    file: &Path,
+    schema: &ReaderSchema,
+    keys: &[String],
+    event_time: &str,
+    features: &[String],
+    offline: &OfflineSinkConfig,
+) -> Vec<ConfigIssue> {
+    let Ok(types) = crate::schema::arrow_schema_of_reader(schema) else {
+        return Vec::new();
+    };
+    let wanted = |name: &str| {
+        keys.iter().any(|k| k == name) || name == event_time || features.iter().any(|f| f == name)
+    };
+    let fields: Vec<arrow::datatypes::Field> = types
+        .into_iter()
+        .filter(|(name, _)| wanted(name))
+        .map(|(name, data_type)| arrow::datatypes::Field::new(name, data_type, true))
+        .collect();
+    match crate::sink::delta::desired_schema(
+        &arrow::datatypes::Schema::new(fields),
+        event_time,
+        offline.partition_granularity,
+    ) {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![ConfigIssue {
+            file: file.to_path_buf(),
+            line: None,
+            key: Some("offline".into()),
+            message: format!("the offline table cannot take the schema: {e}"),
+        }],
     }
 }

@@ -208,3 +208,23 @@ fn two_pipelines_writing_the_same_redis_keys() {
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("overlap"));
 }
+
+#[test]
+fn a_field_named_like_an_offline_table_column() {
+    let project = Project::new(&redis_url());
+    let schema = include_str!("../../schemas/user_profile.avsc").replacen(
+        r#"{"name": "sessions_7d", "type": "int"}"#,
+        r#"{"name": "dt", "type": "int"}"#,
+        1,
+    );
+    project.schema_file("user_profile.avsc", &schema);
+    std::fs::write(project.path().join("connectors/p.yaml"), GOOD).expect("write");
+    let output = project.validate();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("key `offline`"), "{stderr}");
+    assert!(
+        stderr.contains("field `dt` clashes with a column the offline table adds"),
+        "{stderr}"
+    );
+}
