@@ -1,5 +1,5 @@
-//! `feature-connector offline compact|vacuum`: maintenance of a pipeline's Delta table, safe
-//! while the connector runs.
+//! `feature-connector offline compact|vacuum|upgrade`: maintenance of a pipeline's Delta
+//! table (compact and vacuum are safe while the connector runs).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::{ConfigArgs, EXIT_CONFIG};
 use crate::config::{PipelineConfig, ServiceConfig};
 use crate::sink::delta::{
-    plan_compaction, writer_properties, FileCount, OfflineStore, OfflineTable,
+    plan_compaction, writer_properties, FileCount, OfflineStore, OfflineTable, TableSpec,
 };
 
 /// Options of `offline`.
@@ -36,6 +36,16 @@ enum Action {
         /// Files at least this large are left alone; small ones are packed up to it (MiB).
         #[arg(long, default_value_t = 128)]
         target_mib: u64,
+    },
+    /// Turn a folder of the earlier format (Parquet files, no table) into the pipeline's Delta
+    /// table in place: each row once, topic positions kept, old files deleted. Stop the
+    /// connector first.
+    Upgrade {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Pipeline whose folder to upgrade.
+        #[arg(long)]
+        pipeline: String,
     },
     /// Delete data files no version references any more (replaced by a compaction, or
     /// written by a rollover whose commit never landed) once they are older than `--retain`.
@@ -69,7 +79,8 @@ pub async fn offline(args: OfflineArgs) -> ExitCode {
     }
     | Action::Vacuum {
         config, pipeline, ..
-    }) = &args.action;
+    }
+    | Action::Upgrade { config, pipeline }) = &args.action;
     let (service, pipeline) = match config.load_pipeline(pipeline) {
         Ok(found) => found,
         Err(code) => return code,
@@ -78,6 +89,15 @@ pub async fn offline(args: OfflineArgs) -> ExitCode {
         eprintln!("error: pipeline `{}` has no offline sink", pipeline.name);
         return ExitCode::from(EXIT_CONFIG);
     };
+    if matches!(args.action, Action::Upgrade { .. }) {
+        return match upgrade(&service, &pipeline, config, &offline).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut table = match open(&service, &pipeline, config).await {
         Ok(table) => table,
         Err(e) => {
@@ -106,6 +126,7 @@ pub async fn offline(args: OfflineArgs) -> ExitCode {
             }
             vacuum(&mut table, retain, dry_run).await
         }
+        Action::Upgrade { .. } => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -232,6 +253,58 @@ async fn vacuum(table: &mut OfflineTable, retain: Duration, dry_run: bool) -> Re
         deleted.len(),
         describe(before),
         describe(after)
+    );
+    Ok(())
+}
+
+async fn upgrade(
+    service: &ServiceConfig,
+    pipeline: &PipelineConfig,
+    config: &ConfigArgs,
+    offline: &crate::sink::delta::OfflineSinkConfig,
+) -> Result<(), String> {
+    let url = offline
+        .url
+        .as_ref()
+        .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
+    let store = OfflineStore::open(url, config.root(), &service.offline.options)
+        .map_err(|e| e.to_string())?;
+    let http = service.pulsar.admin_client()?;
+    let decoder = crate::schema::PayloadDecoder::new(
+        pipeline.decoder_spec(),
+        crate::schema::SchemaRegistry::new(http, &service.pulsar.admin_url),
+    )
+    .map_err(|e| format!("reader schema: {e}"))?;
+    let rows = crate::schema::TopicDecoders::new(decoder, Vec::new()).output_schema();
+    let spec = TableSpec::new(&store, &pipeline.name, &rows, &pipeline.event_time, offline)
+        .map_err(|e| e.to_string())?;
+    let properties = writer_properties(
+        offline,
+        vec![(
+            crate::sink::delta::metadata_keys::PIPELINE.to_string(),
+            pipeline.name.clone(),
+        )],
+    )?;
+    let progress = bar(0, "reading");
+    let report = spec
+        .upgrade(properties, |done, total| {
+            progress.set_length(total as u64);
+            progress.set_position(done as u64);
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    progress.finish_and_clear();
+    println!(
+        "{}: {} old-format files ({} bytes): {} rows converted{}, {} old files deleted, {} files of incomplete batches left for `offline vacuum`",
+        spec.location.url,
+        report.legacy_files,
+        report.legacy_bytes,
+        report.rows,
+        report
+            .version
+            .map_or(String::new(), |v| format!(" in table version {v}")),
+        report.deleted,
+        report.incomplete.len()
     );
     Ok(())
 }

@@ -419,3 +419,145 @@ fn walk_parquet(dir: &Path) -> usize {
     }
     count
 }
+
+/// One file of the earlier offline format: rows of events `range`, its batch's footer keys.
+fn legacy_file(
+    dir: &Path,
+    name: &str,
+    range: std::ops::Range<i64>,
+    batch: &str,
+    files: usize,
+    topic: &str,
+    last_entry: u64,
+) {
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+    use parquet::file::metadata::KeyValue;
+    let rows = RecordBatch::try_from_iter(vec![
+        (
+            "user_id",
+            std::sync::Arc::new(StringArray::from_iter_values(
+                range.clone().map(|i| format!("user-{}", i % 10)),
+            )) as ArrayRef,
+        ),
+        (
+            "event_time",
+            std::sync::Arc::new(
+                TimestampMillisecondArray::from_iter_values(range.clone().map(|i| BASE + i))
+                    .with_timezone("+00:00"),
+            ),
+        ),
+        (
+            "purchases_30d",
+            std::sync::Arc::new(Int64Array::from_iter_values(range.map(|i| i * 3))),
+        ),
+    ])
+    .expect("rows");
+    let ranges = serde_json::json!({ topic: ["5:0:-1", format!("5:{last_entry}:-1")] }).to_string();
+    let properties = parquet::file::properties::WriterProperties::builder()
+        .set_key_value_metadata(Some(vec![
+            KeyValue::new("feature_connector.batch_id".into(), batch.to_string()),
+            KeyValue::new("feature_connector.batch_files".into(), files.to_string()),
+            KeyValue::new("feature_connector.message_ranges".into(), ranges),
+        ]))
+        .build();
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let file = std::fs::File::create(dir.join(name)).expect("file");
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, rows.schema(), Some(properties))
+        .expect("writer");
+    writer.write(&rows).expect("write");
+    writer.close().expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offline_upgrade_turns_an_old_folder_into_the_table_once() {
+    let project = Project::new(&redis_url());
+    project.pipeline(
+        "up",
+        "online:\n  enabled: false",
+        "offline:\n  url: file://offline",
+    );
+    let topic = project.topic.clone();
+    let hour = project.path().join("offline/up/dt=2026-09-25/hr=10");
+    // Batch a: two files (complete); batch b: one file; batch c: one of its two files (a crash).
+    legacy_file(
+        &hour,
+        "part-local-0-5_0_-1.parquet",
+        0..100,
+        "local-5:0:-1",
+        2,
+        &topic,
+        199,
+    );
+    legacy_file(
+        &hour,
+        "part-local-0-5_100_-1.parquet",
+        100..200,
+        "local-5:0:-1",
+        2,
+        &topic,
+        199,
+    );
+    legacy_file(
+        &hour,
+        "part-local-0-5_200_-1.parquet",
+        200..300,
+        "local-5:200:-1",
+        1,
+        &topic,
+        299,
+    );
+    legacy_file(
+        &hour,
+        "part-local-0-5_300_-1.parquet",
+        300..350,
+        "local-5:300:-1",
+        2,
+        &topic,
+        399,
+    );
+
+    let refused = project.run_command(&["run"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout_of(&refused));
+    let upgraded = project.run_command(&["offline", "upgrade", "--pipeline", "up"]);
+    let report = stdout_of(&upgraded);
+    assert!(upgraded.status.success(), "{report}");
+    assert!(report.contains("4 old-format files"), "{report}");
+    assert!(report.contains("300 rows converted"), "{report}");
+    assert!(
+        report.contains("3 old files deleted, 1 files of incomplete batches"),
+        "{report}"
+    );
+    let store = local_offline_url(&project);
+    assert_eq!(unique_events(&store, "up").await, 300);
+    let (table, location) = open_table(&store, "up").await;
+    let entry = table
+        .snapshot()
+        .expect("state")
+        .transaction_version(
+            location.log_store.as_ref(),
+            format!("feature-connector:{topic}#entry"),
+        )
+        .await
+        .expect("txn");
+    assert_eq!(
+        entry,
+        Some(299),
+        "the last converted message is the table's position"
+    );
+
+    // Again: nothing new; then the connector starts on the table.
+    let again = project.run_command(&["offline", "upgrade", "--pipeline", "up"]);
+    assert!(again.status.success(), "{}", stdout_of(&again));
+    assert!(
+        stdout_of(&again).contains("0 rows converted"),
+        "{}",
+        stdout_of(&again)
+    );
+    assert_eq!(unique_events(&store, "up").await, 300);
+    let read = read_with("deltalake", &format!("{store}/up"));
+    assert_eq!(read["rows"], serde_json::json!(300), "{read}");
+    let connector = project.start();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = connector.log();
+    assert_eq!(connector.stop(), 0, "{log}");
+}

@@ -91,12 +91,12 @@ impl TableLayout {
     }
 
     /// Turns decoded rows into table rows: casts to the table's types, converts the event
-    /// time, adds the publish times (`publish_ms[row]`) and the partition columns. Table
-    /// columns the rows lack (a field the pipeline schema dropped) are null.
+    /// time, adds the publish times (`publish_ms[row]`; null when not known) and the partition
+    /// columns. Table columns the rows lack (a field the pipeline schema dropped) are null.
     pub fn to_table_rows(
         &self,
         rows: &RecordBatch,
-        publish_ms: &[u64],
+        publish_ms: Option<&[u64]>,
         now_ms: i64,
     ) -> Result<RecordBatch, ArrowError> {
         let event_time = rows.column_by_name(&self.event_time).ok_or_else(|| {
@@ -112,14 +112,17 @@ impl TableLayout {
         for field in self.table.fields() {
             let column: ArrayRef = match field.name().as_str() {
                 name if name == self.event_time => timestamp_micros(event_time)?,
-                PUBLISH_TIME_COLUMN => Arc::new(
-                    TimestampMicrosecondArray::from_iter_values(
-                        publish_ms
-                            .iter()
-                            .map(|ms| i64::try_from(*ms).unwrap_or(i64::MAX / 1000) * 1000),
-                    )
-                    .with_timezone(UTC),
-                ),
+                PUBLISH_TIME_COLUMN => match publish_ms {
+                    Some(publish_ms) => Arc::new(
+                        TimestampMicrosecondArray::from_iter_values(
+                            publish_ms
+                                .iter()
+                                .map(|ms| i64::try_from(*ms).unwrap_or(i64::MAX / 1000) * 1000),
+                        )
+                        .with_timezone(UTC),
+                    ),
+                    None => arrow::array::new_null_array(field.data_type(), rows.num_rows()),
+                },
                 DATE_COLUMN => Arc::new(Date32Array::from_iter_values(
                     partition_ms.iter().map(|ms| day_of(*ms)),
                 )),
@@ -134,7 +137,7 @@ impl TableLayout {
             };
             columns.push(column);
         }
-        if publish_ms.len() != rows.num_rows() {
+        if let Some(publish_ms) = publish_ms.filter(|p| p.len() != rows.num_rows()) {
             return Err(ArrowError::InvalidArgumentError(format!(
                 "{} publish times for {} rows",
                 publish_ms.len(),
@@ -419,7 +422,7 @@ mod tests {
             PartitionTime::EventTime,
             Granularity::Hour,
         );
-        let out = layout.to_table_rows(&rows, &[5, 6], 0).unwrap();
+        let out = layout.to_table_rows(&rows, Some(&[5, 6]), 0).unwrap();
         assert_eq!(out.schema(), table);
         let micros = out
             .column(1)

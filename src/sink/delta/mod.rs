@@ -27,6 +27,7 @@ mod positions;
 mod requests;
 mod store;
 mod table;
+mod upgrade;
 mod writer;
 
 use arrow::datatypes::{Schema, SchemaRef};
@@ -43,6 +44,7 @@ pub use maintenance::{partition_end_ms, plan_compaction, ActiveFile, CompactionG
 pub use positions::{message_key, CommittedPositions, MessageKey};
 pub use store::{OfflineStore, StoreError, TableLocation};
 pub use table::{CommitError, Committed, OfflineTable, Opened, TableError};
+pub use upgrade::UpgradeReport;
 pub use writer::DeltaSink;
 
 /// Everything needed to open (or create) one pipeline's table.
@@ -100,12 +102,17 @@ impl TableSpec {
 
     /// Opens the table, creating or evolving it (see [`OfflineTable::open`]).
     pub async fn open(&self) -> Result<(OfflineTable, Opened), TableError> {
+        self.open_table(false).await
+    }
+
+    async fn open_table(&self, upgrading: bool) -> Result<(OfflineTable, Opened), TableError> {
         OfflineTable::open(
             self.location.clone(),
             &self.pipeline,
             &self.desired,
             &layout::partition_columns(self.granularity),
             self.checkpoint_interval,
+            upgrading,
         )
         .await
     }

@@ -88,19 +88,23 @@ pub enum Opened {
 impl OfflineTable {
     /// Opens the table at `location`, creating it when missing and adding columns for fields the
     /// pipeline schema gained. Refuses (with the field named) a schema the table cannot take,
-    /// and a folder that holds Parquet files of the earlier, table-less format.
+    /// and (unless `upgrading`) a folder that holds Parquet files of the earlier, table-less
+    /// format.
     pub async fn open(
         location: TableLocation,
         pipeline: &str,
         desired: &Schema,
         partition_columns: &[String],
         checkpoint_interval: u64,
+        upgrading: bool,
     ) -> Result<(Self, Opened), TableError> {
         let mut table = DeltaTable::new(location.log_store.clone());
         let opened = match table.load().await {
             Ok(()) => evolve(&mut table, desired, partition_columns).await?,
             Err(DeltaTableError::NotATable(_)) => {
-                refuse_legacy_files(&location, pipeline).await?;
+                if !upgrading {
+                    refuse_legacy_files(&location, pipeline).await?;
+                }
                 create(
                     &mut table,
                     pipeline,

@@ -438,7 +438,7 @@ impl Sink for DeltaSink {
         let rows = layout
             .to_table_rows(
                 &batch.rows,
-                &publish_ms,
+                Some(&publish_ms),
                 chrono::Utc::now().timestamp_millis(),
             )
             .map_err(|e| SinkError::Fatal(format!("shaping rows for the offline table: {e}")))?;
