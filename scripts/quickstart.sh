@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quickstart on a fresh machine: start the local services, build, publish demo events,
-# run the user_profile pipeline on the embedded defaults (Redis on 127.0.0.1, Parquet under
-# ./data/offline), then show what landed. `--follow` keeps the connector running.
+# run the user_profile pipeline on the embedded defaults (Redis on 127.0.0.1, the offline Delta
+# table under ./data/offline), then show what landed. `--follow` keeps the connector running.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -29,13 +29,13 @@ done
 echo "online backlog on $TOPIC: $backlog"
 
 if [[ ${1:-} == --follow ]]; then
-  echo "following; Ctrl-C stops the connector (it flushes Parquet and acks first)"
+  echo "following; Ctrl-C stops the connector (it commits its last rollover and acks first)"
   trap - EXIT
   wait "$pid"
   exit $?
 fi
 
-# SIGTERM flushes the open Parquet file and acknowledges it.
+# SIGTERM commits the open rollover to the offline table and acknowledges it.
 kill -TERM "$pid"
 wait "$pid" || true
 trap - EXIT
@@ -44,5 +44,6 @@ echo
 echo "== redis-cli HGETALL fc:user_profile:user-42"
 redis-cli -h 127.0.0.1 HGETALL fc:user_profile:user-42
 echo
-echo "== Parquet files under data/offline"
-find data/offline -name '*.parquet' -printf '%p  %s bytes\n' | sort | tail -5
+echo "== offline Delta table data/offline/user_profile: newest commits, then data files"
+ls data/offline/user_profile/_delta_log | tail -3
+find data/offline/user_profile -name '*.parquet' -not -path '*/_delta_log/*' -printf '%p  %s bytes\n' | sort | tail -5
