@@ -1,8 +1,8 @@
 //! feature-connector: consumes Pulsar feature topics, checks each message against the
-//! pipeline's schema, writes the newest value per entity to Redis and every row to Parquet.
+//! pipeline's schema, writes the newest value per entity to Redis and every row to a Delta Lake table.
 //!
 //! Data flow, one folder per role: [`source`] → [`schema`] (decode) → [`record`] →
-//! [`sink`] (redis, parquet), wired by [`pipeline`]; [`config`] loads the YAML.
+//! [`sink`] (redis, delta), wired by [`pipeline`]; [`config`] loads the YAML.
 
 pub mod cli;
 pub mod config;

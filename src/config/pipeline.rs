@@ -16,7 +16,7 @@ use crate::source::pulsar::PulsarSourceConfig;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineFile {
-    /// Unique pipeline name; also the feature view name in Redis keys and Parquet paths.
+    /// Unique pipeline name; also the feature view name in Redis keys and the offline table name.
     pub name: Spanned<String>,
     /// Where the events come from.
     pub source: PulsarSourceConfig,
@@ -31,7 +31,7 @@ pub struct PipelineFile {
     /// The Redis online sink; absent or `enabled: false` turns it off.
     #[serde(default)]
     pub online: Option<OnlineSinkConfig>,
-    /// The Parquet offline sink; absent or `enabled: false` turns it off.
+    /// The offline sink (a Delta table); absent or `enabled: false` turns it off.
     #[serde(default)]
     pub offline: Option<OfflineSinkConfig>,
 }
