@@ -113,6 +113,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("{} rollovers committed", rollover + 1);
         }
     }
+    sink.flush().await?;
     let mut sorted = latencies.clone();
     sorted.sort_by(f64::total_cmp);
     let pick = |q: f64| sorted[((sorted.len() as f64 - 1.0) * q).round() as usize];
@@ -123,6 +124,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "rows_per_rollover": rows,
             "commit_ms": {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": pick(1.0),
                           "mean": latencies.iter().sum::<f64>() / latencies.len() as f64},
+            "mean_ms_per_tenth": latencies
+                .chunks(latencies.len().div_ceil(10).max(1))
+                .map(|c| (c.iter().sum::<f64>() / c.len() as f64 * 10.0).round() / 10.0)
+                .collect::<Vec<_>>(),
         })
     );
     Ok(())

@@ -64,10 +64,9 @@ pub struct Metrics {
     pub offline_commits: Family<PipelineLabels, Counter>,
     /// Time from the start of a rollover's commit (file encoding included) to its landing.
     pub offline_commit_seconds: Family<PipelineLabels, Histogram>,
-    /// Commits that met another writer's commit of the same topic partition and were retried.
+    /// Commits that found another writer's commit at their version and were retried after a
+    /// refresh.
     pub offline_commit_conflicts: Family<PipelineLabels, Counter>,
-    /// Other writers' commits delta-rs checked and let through ahead of ours.
-    pub offline_commit_concurrent: Family<PipelineLabels, Counter>,
     /// Rows skipped because the table already held their messages (redelivery, hand-over).
     pub offline_rows_skipped: Family<PipelineLabels, Counter>,
     /// The table version the sink last saw.
@@ -111,7 +110,6 @@ impl Metrics {
         let parquet_bytes_written = Family::<PipelineLabels, Counter>::default();
         let offline_commits = Family::<PipelineLabels, Counter>::default();
         let offline_commit_conflicts = Family::<PipelineLabels, Counter>::default();
-        let offline_commit_concurrent = Family::<PipelineLabels, Counter>::default();
         let offline_rows_skipped = Family::<PipelineLabels, Counter>::default();
         let offline_table_version = Family::<PipelineLabels, Gauge>::default();
         let offline_store_requests = Family::<StoreRequestLabels, Counter>::default();
@@ -137,13 +135,8 @@ impl Metrics {
         );
         registry.register(
             "offline_commit_conflicts",
-            "Commits that met another writer's commit of the same topic partition",
+            "Commits that found another writer's commit at their version and were retried",
             offline_commit_conflicts.clone(),
-        );
-        registry.register(
-            "offline_commit_concurrent",
-            "Other writers' commits that landed while committing and did not conflict",
-            offline_commit_concurrent.clone(),
         );
         registry.register(
             "offline_rows_skipped",
@@ -251,7 +244,6 @@ impl Metrics {
             offline_commits,
             offline_commit_seconds,
             offline_commit_conflicts,
-            offline_commit_concurrent,
             offline_rows_skipped,
             offline_table_version,
             offline_store_requests,

@@ -92,6 +92,12 @@ pub async fn backfill(args: BackfillArgs) -> ExitCode {
                 summary.seconds,
                 summary.messages as f64 / summary.seconds.max(1e-9)
             );
+            if summary.left_out > 0 {
+                eprintln!(
+                    "note: {} rows were not written: they do not continue from what the table holds for their partition (a range that starts after it); the live pipeline writes them",
+                    summary.left_out
+                );
+            }
             if let Some(why) = &summary.nothing_retained {
                 eprintln!("note: {why}");
             }

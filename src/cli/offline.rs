@@ -180,7 +180,7 @@ async fn compact(
     older_than: Duration,
     target_bytes: u64,
 ) -> Result<(), String> {
-    let files = table.active_files().map_err(|e| e.to_string())?;
+    let files = table.active_files().await.map_err(|e| e.to_string())?;
     let before = FileCount::of(&files);
     let groups = plan_compaction(
         &files,
@@ -214,7 +214,7 @@ async fn compact(
         .await
         .map_err(|e| e.to_string())?;
     progress.finish_and_clear();
-    let after = FileCount::of(&table.active_files().map_err(|e| e.to_string())?);
+    let after = FileCount::of(&table.active_files().await.map_err(|e| e.to_string())?);
     println!(
         "compacted into version {version}: before {}, after {} (replaced files stay on storage until `offline vacuum`)",
         describe(before),
@@ -225,7 +225,7 @@ async fn compact(
 
 async fn vacuum(table: &mut OfflineTable, retain: Duration, dry_run: bool) -> Result<(), String> {
     let before = table.stored_files().await.map_err(|e| e.to_string())?;
-    let active = FileCount::of(&table.active_files().map_err(|e| e.to_string())?);
+    let active = FileCount::of(&table.active_files().await.map_err(|e| e.to_string())?);
     println!(
         "{}: {} on storage, {} referenced by version {}",
         table.url(),

@@ -48,6 +48,9 @@ pub struct BackfillSummary {
     pub version: u64,
     /// Why nothing could be read, when the topic retains nothing (e.g. retention).
     pub nothing_retained: Option<String>,
+    /// Rows not written because they do not continue from what the table holds (a range that
+    /// starts after it): the live pipeline writes them.
+    pub left_out: u64,
     /// Seconds taken.
     pub seconds: f64,
 }
@@ -97,6 +100,8 @@ pub async fn backfill(
         other => setup(format!("offline table: {other}")),
     })?;
     let mut sink = DeltaSink::new(spec.clone(), offline, Some(table), CancellationToken::new());
+    // A range that starts after what the table holds must not claim the messages before it.
+    sink.set_gap_grace(std::time::Duration::MAX);
     sink.set_schema_fingerprint(pipeline.schema.fingerprint());
     sink.start().await.map_err(|e| setup(e.to_string()))?;
 
@@ -124,10 +129,14 @@ pub async fn backfill(
         .map_err(|e| setup(format!("{partition}: {e}")))?;
     }
     sink.flush().await.map_err(|e| setup(e.to_string()))?;
-    let (mut table, _) = spec.open().await.map_err(|e| setup(e.to_string()))?;
-    let files = table.files().await.map_err(|e| setup(e.to_string()))?;
+    summary.left_out = sink.buffered_rows() as u64;
+    let (table, _) = spec.open().await.map_err(|e| setup(e.to_string()))?;
+    let files = table
+        .active_files()
+        .await
+        .map_err(|e| setup(e.to_string()))?;
     summary.files = files.len();
-    summary.bytes = files.iter().map(|(_, size)| *size).sum();
+    summary.bytes = files.iter().map(|f| f.size).sum();
     summary.version = table.version();
     if summary.messages == 0 {
         summary.nothing_retained =

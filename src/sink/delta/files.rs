@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use deltalake::kernel::Add;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
-use deltalake::{DeltaTable, DeltaTableError};
+use deltalake::{BlindDeltaTable, DeltaTableError};
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -58,11 +58,12 @@ pub fn writer_properties(
 /// Encoding is CPU work, so it runs on the blocking pool; the uploads it makes go through the
 /// runtime from there.
 pub async fn write_files(
-    table: &DeltaTable,
+    table: &BlindDeltaTable,
     batches: Vec<RecordBatch>,
     properties: WriterProperties,
 ) -> Result<Vec<Add>, DeltaTableError> {
-    let mut writer = RecordBatchWriter::for_table(table)?.with_writer_properties(properties);
+    let mut writer =
+        RecordBatchWriter::for_blind_appends(table)?.with_writer_properties(properties);
     let runtime = tokio::runtime::Handle::current();
     let batches = Arc::new(batches);
     tokio::task::spawn_blocking(move || {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use arrow::array::{new_null_array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{Schema, SchemaRef};
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Add, Remove};
 use deltalake::operations::vacuum::VacuumMode;
 use deltalake::protocol::DeltaOperation;
@@ -124,10 +125,10 @@ pub fn plan_compaction(
 }
 
 impl OfflineTable {
-    /// The active data files, from the table's state.
-    pub fn active_files(&self) -> Result<Vec<ActiveFile>, TableError> {
-        let state = self
-            .delta()
+    /// The active data files, from the table's state (every file entry is read).
+    pub async fn active_files(&self) -> Result<Vec<ActiveFile>, TableError> {
+        let table = self.load_full().await?;
+        let state = table
             .snapshot()
             .map_err(|e| TableError::Refused(e.to_string()))?;
         Ok(state
@@ -168,6 +169,7 @@ impl OfflineTable {
         progress: impl Fn(usize),
     ) -> Result<u64, TableError> {
         let schema = self.arrow_schema()?;
+        let full = self.load_full().await?;
         let mut actions: Vec<Action> = Vec::new();
         let mut done = 0;
         for group in groups {
@@ -177,7 +179,7 @@ impl OfflineTable {
                 done += 1;
                 progress(done);
             }
-            let adds = super::files::write_files(self.delta(), batches, properties.clone())
+            let adds = super::files::write_files(self.files_table(), batches, properties.clone())
                 .await
                 .map_err(|source| TableError::Delta {
                     what: "writing a compacted file",
@@ -197,14 +199,28 @@ impl OfflineTable {
                 })
             }));
         }
-        self.commit_actions(
-            actions,
+        let state = full
+            .snapshot()
+            .map_err(TableError::delta("reading the table"))?;
+        let finalized = CommitBuilder::from(
+            CommitProperties::default()
+                .with_create_checkpoint(false)
+                .with_cleanup_expired_logs(Some(false))
+                .with_max_retries(20),
+        )
+        .with_actions(actions)
+        .build(
+            Some(state),
+            self.log_store(),
             DeltaOperation::Optimize {
                 predicate: None,
                 target_size: 0,
             },
         )
         .await
+        .map_err(TableError::delta("committing the compaction"))?;
+        self.refresh().await?;
+        Ok(finalized.version())
     }
 
     /// Deletes data files no version newer than `retain` references (files replaced by a
@@ -216,9 +232,9 @@ impl OfflineTable {
     ) -> Result<Vec<String>, TableError> {
         let retention = chrono::Duration::from_std(retain)
             .map_err(|e| TableError::Refused(format!("retention {retain:?}: {e}")))?;
-        let (table, metrics) = self
-            .delta()
-            .clone()
+        let (_, metrics) = self
+            .load_full()
+            .await?
             .vacuum()
             .with_retention_period(retention)
             .with_enforce_retention_duration(false)
@@ -229,7 +245,7 @@ impl OfflineTable {
                 what: "vacuuming the table",
                 source,
             })?;
-        self.replace(table);
+        self.refresh().await?;
         Ok(metrics.files_deleted)
     }
 }

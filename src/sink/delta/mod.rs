@@ -19,12 +19,14 @@
 //! - Start-up reads the log's newest checkpoint and the commits after it; a checkpoint is
 //!   written every `offline.checkpoint_interval` commits, in the background.
 
+mod commit;
 mod config;
 mod files;
 mod layout;
 mod maintenance;
 mod positions;
 mod requests;
+mod rollover;
 mod store;
 mod table;
 mod upgrade;
@@ -32,6 +34,7 @@ mod writer;
 
 use arrow::datatypes::{Schema, SchemaRef};
 
+pub use commit::{CommitError, Committed};
 pub use config::{
     check_store_url, Compression, Granularity, ObjectStoreServiceConfig, OfflineSinkConfig,
     PartitionTime,
@@ -43,7 +46,7 @@ pub use layout::{
 pub use maintenance::{partition_end_ms, plan_compaction, ActiveFile, CompactionGroup, FileCount};
 pub use positions::{message_key, CommittedPositions, MessageKey};
 pub use store::{OfflineStore, StoreError, TableLocation};
-pub use table::{CommitError, Committed, OfflineTable, Opened, TableError};
+pub use table::{OfflineTable, Opened, TableError};
 pub use upgrade::UpgradeReport;
 pub use writer::DeltaSink;
 

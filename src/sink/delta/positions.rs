@@ -28,6 +28,35 @@ pub fn message_key(position: &MessagePosition) -> MessageKey {
     )
 }
 
+/// The batch index a commit records for a message that completes its entry: it stands for
+/// the whole entry, so the next message is the next entry's first.
+pub const WHOLE_ENTRY: i32 = i32::MAX;
+
+/// The key a commit records when `position` is the newest message of a partition it holds.
+pub fn commit_key(position: &MessagePosition) -> MessageKey {
+    let (ledger, entry, index) = message_key(position);
+    if position.completes_entry() {
+        (ledger, entry, WHOLE_ENTRY)
+    } else {
+        (ledger, entry, index)
+    }
+}
+
+/// Whether `next` is the message right after `held` (a commit key) in its partition: the
+/// next index of the same entry, or the first message of the next entry or of a newer ledger.
+pub fn continues(held: MessageKey, next: &MessagePosition) -> bool {
+    let (ledger, entry, index) = held;
+    let (next_ledger, next_entry, next_index) = message_key(next);
+    if index == WHOLE_ENTRY || index < 0 {
+        let first_of_entry = next_index <= 0;
+        first_of_entry
+            && ((next_ledger == ledger && next_entry == entry + 1)
+                || (next_ledger > ledger && next_entry == 0))
+    } else {
+        next_ledger == ledger && next_entry == entry && next_index == index + 1
+    }
+}
+
 const PREFIX: &str = "feature-connector:";
 const LEDGER: &str = "#ledger";
 const ENTRY: &str = "#entry";
@@ -159,6 +188,30 @@ mod tests {
         assert!(key(12, 7, Some(0)) > key(12, 7, None));
         assert!(key(13, 0, None) > key(12, 900, Some(3)));
         assert!(key(12, 8, Some(0)) > key(12, 7, Some(9)));
+    }
+
+    #[test]
+    fn the_next_message_continues_a_commit_key() {
+        let batched = |entry, index| MessagePosition {
+            batch_size: Some(3),
+            ..position("p", 7, entry, Some(index))
+        };
+        assert!(continues((7, 5, 1), &batched(5, 2)));
+        assert!(
+            !continues((7, 5, 1), &batched(6, 0)),
+            "the rest of entry 5 first"
+        );
+        assert!(continues(commit_key(&batched(5, 2)), &batched(6, 0)));
+        assert!(continues((7, 5, -1), &position("p", 7, 6, None)));
+        assert!(
+            continues((7, 5, WHOLE_ENTRY), &position("p", 9, 0, None)),
+            "a newer ledger"
+        );
+        assert!(
+            !continues((7, 5, WHOLE_ENTRY), &position("p", 7, 8, None)),
+            "a gap"
+        );
+        assert!(!continues((7, 5, WHOLE_ENTRY), &position("p", 9, 3, None)));
     }
 
     #[test]

@@ -129,8 +129,12 @@ impl TableSpec {
             })
             .collect();
         let (mut table, _) = self.open_table(true).await?;
-        let active: std::collections::HashSet<String> =
-            table.active_files()?.into_iter().map(|f| f.path).collect();
+        let active: std::collections::HashSet<String> = table
+            .active_files()
+            .await?
+            .into_iter()
+            .map(|f| f.path)
+            .collect();
         let mut report = UpgradeReport::default();
         let mut legacy = Vec::new();
         let total = candidates.len();
@@ -200,7 +204,7 @@ impl TableSpec {
             delete.push(file.path.clone());
         }
         if !batches.is_empty() {
-            let adds = super::files::write_files(table.delta(), batches, properties)
+            let adds = super::files::write_files(table.files_table(), batches, properties)
                 .await
                 .map_err(|source| TableError::Delta {
                     what: "writing the converted files",
@@ -213,14 +217,7 @@ impl TableSpec {
                 .flat_map(|(partition, last)| transactions(partition, *last, now))
                 .collect();
             let committed = table
-                .commit(
-                    adds,
-                    txns,
-                    HashMap::from([(
-                        "operation".to_string(),
-                        serde_json::Value::from("feature-connector offline upgrade"),
-                    )]),
-                )
+                .commit(adds, txns)
                 .await
                 .map_err(|e| TableError::Refused(e.to_string()))?;
             report.version = Some(committed.version);

@@ -1,19 +1,19 @@
 //! The offline sink: buffers a rollover's rows, commits them to the pipeline's Delta table as
 //! one version, and reports its messages durable only once that version exists.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{BooleanArray, RecordBatch};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use super::commit::CommitError;
 use super::config::OfflineSinkConfig;
 use super::files::{metadata_keys, write_files, writer_properties};
 use super::layout::TableLayout;
-use super::positions::{message_key, representable, transactions, CommittedPositions, MessageKey};
-use super::table::{CommitError, OfflineTable, Opened, TableError};
+use super::positions::{representable, transactions};
+use super::rollover::Rollover;
+use super::table::{OfflineTable, Opened, TableError};
 use super::TableSpec;
 use crate::metrics::{Metrics, PipelineLabels};
 use crate::record::RowBatch;
@@ -21,65 +21,12 @@ use crate::retry::Backoff;
 use crate::sink::{Sink, SinkError};
 use crate::source::MessagePosition;
 
-/// Rows waiting for the next rollover, in table layout, with the message of each row.
-#[derive(Default)]
-struct Rollover {
-    batches: Vec<(RecordBatch, Vec<usize>)>,
-    /// Every message taken since the last commit (rows or not), in receive order.
-    positions: Vec<MessagePosition>,
-    rows: usize,
-    arrow_bytes: usize,
-    opened_at: Option<Instant>,
-}
+/// How long shutdown waits for a checkpoint being written.
+const CHECKPOINT_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(10);
 
-impl Rollover {
-    /// Drops rows whose message the table already holds; returns how many were dropped.
-    fn drop_held(&mut self, held: &CommittedPositions) -> Result<usize, SinkError> {
-        let mut dropped = 0;
-        for (rows, messages) in &mut self.batches {
-            let keep: Vec<bool> = messages
-                .iter()
-                .map(|&i| !self.positions.get(i).is_some_and(|p| held.holds(p)))
-                .collect();
-            let gone = keep.iter().filter(|k| !**k).count();
-            if gone == 0 {
-                continue;
-            }
-            *rows = arrow::compute::filter_record_batch(rows, &BooleanArray::from(keep.clone()))
-                .map_err(|e| SinkError::Fatal(format!("skipping committed rows: {e}")))?;
-            let mut keep = keep.into_iter();
-            messages.retain(|_| keep.next().unwrap_or(false));
-            dropped += gone;
-        }
-        self.batches.retain(|(rows, _)| rows.num_rows() > 0);
-        self.rows -= dropped;
-        Ok(dropped)
-    }
-
-    /// Per topic partition, the last message taken (dead-lettered ones included).
-    fn last_per_partition(&self) -> BTreeMap<&str, MessageKey> {
-        let mut last = BTreeMap::new();
-        for position in &self.positions {
-            let key = message_key(position);
-            let entry = last.entry(position.topic.as_str()).or_insert(key);
-            *entry = (*entry).max(key);
-        }
-        last
-    }
-
-    /// Per topic partition, `[first, last]` message id, as JSON (file metadata).
-    fn ranges_json(&self) -> String {
-        let mut ranges: BTreeMap<&str, (String, String)> = BTreeMap::new();
-        for position in &self.positions {
-            let id = position.display_id();
-            ranges
-                .entry(position.topic.as_str())
-                .and_modify(|r| r.1 = id.clone())
-                .or_insert_with(|| (id.clone(), id));
-        }
-        serde_json::to_string(&ranges).unwrap_or_default()
-    }
-}
+/// How long messages after a gap in a partition wait for it to fill before the gap is taken as
+/// real (Pulsar's Failover rewind comes within a second; expired messages never do).
+const GAP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Writes a pipeline's rows to its Delta table (see the module docs of [`super`]).
 pub struct DeltaSink {
@@ -88,6 +35,7 @@ pub struct DeltaSink {
     table: Option<OfflineTable>,
     layout: Option<TableLayout>,
     rollover: Rollover,
+    gap_grace: std::time::Duration,
     /// Encoded bytes per in-memory Arrow byte, learned from the last commit.
     encoded_per_arrow_byte: f64,
     schema_fingerprint: String,
@@ -109,6 +57,7 @@ impl DeltaSink {
             table,
             layout: None,
             rollover: Rollover::default(),
+            gap_grace: GAP_GRACE,
             encoded_per_arrow_byte: 0.25,
             schema_fingerprint: String::new(),
             cancel,
@@ -210,7 +159,7 @@ impl DeltaSink {
 
     fn due_by_size(&self) -> bool {
         self.config.rollover_bytes.is_some_and(|target| {
-            self.rollover.arrow_bytes as f64 * self.encoded_per_arrow_byte >= target as f64
+            self.rollover.arrow_bytes() as f64 * self.encoded_per_arrow_byte >= target as f64
         })
     }
 
@@ -220,20 +169,20 @@ impl DeltaSink {
             .is_some_and(|opened| opened.elapsed() >= self.config.rollover_interval)
     }
 
-    /// Commits the rollover: refresh the table, skip rows it now holds, write the files,
-    /// commit them with this rollover's positions; on a conflict start over from the refresh.
-    /// Returns the messages that are durable.
+    /// Commits what the rollover may take: refresh the table, skip rows it now holds, take
+    /// per partition the unbroken run from the table's position (see [`super::rollover`]),
+    /// write those files and commit them with their positions; if another writer committed
+    /// first, start over from the refresh. Returns the messages that are durable.
     async fn commit(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
-        if self.rollover.rows == 0 {
-            let done = std::mem::take(&mut self.rollover);
-            return Ok(done.positions);
+        if self.rollover.messages() == 0 {
+            return Ok(Vec::new());
         }
         let started = Instant::now();
         let labels = self.labels();
         let mut backoff = Backoff::default();
-        let mut written: Option<Vec<deltalake::kernel::Add>> = None;
-        let arrow_bytes = self.rollover.arrow_bytes;
-        loop {
+        // Files already written for exactly this set of messages (reused after a conflict).
+        let mut written: Option<(Vec<String>, Vec<deltalake::kernel::Add>)> = None;
+        let taken = loop {
             let table = self
                 .table
                 .as_mut()
@@ -243,32 +192,43 @@ impl DeltaSink {
                     .await?;
                 continue;
             }
-            let partitions: Vec<MessagePosition> = self.rollover.positions.clone();
-            self.learn_positions(&partitions).await?;
+            let buffered: Vec<MessagePosition> = self.rollover.positions().cloned().collect();
+            self.learn_positions(&buffered).await?;
+            let table = self
+                .table
+                .as_ref()
+                .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+            let dropped = self.rollover.drop_held(table.positions()).map_err(fatal)?;
+            let (cuts, accepted) = self.rollover.cuts(table.positions(), self.gap_grace);
+            self.count_skipped(dropped);
+            for (partition, held, next) in &accepted {
+                tracing::warn!(%partition, ?held, ?next, "messages between what the table holds and the next one never arrived (expired or deleted?); committing past them");
+            }
+            let taken = self.rollover.split(&cuts).map_err(fatal)?;
+            if self.rollover.positions().next().is_some() {
+                tracing::debug!(
+                    waiting = self.rollover.messages(),
+                    "messages after a gap wait for it to fill"
+                );
+            }
+            if taken.rows() == 0 {
+                break taken;
+            }
             let table = self
                 .table
                 .as_mut()
                 .ok_or_else(|| SinkError::Fatal("no table".into()))?;
-            let dropped = self.rollover.drop_held(table.positions())?;
-            if dropped > 0 {
-                tracing::info!(
-                    dropped,
-                    "skipping rows already committed (redelivered, or committed by another writer)"
-                );
-                if let Some(metrics) = &self.metrics {
-                    metrics
-                        .offline_rows_skipped
-                        .get_or_create(&labels)
-                        .inc_by(dropped as u64);
-                }
-                written = None;
-            }
-            if self.rollover.rows == 0 {
-                break;
-            }
+            // Same messages and same rows: the files written before a conflict still fit.
+            let ids: Vec<String> = std::iter::once(taken.rows().to_string())
+                .chain(
+                    taken
+                        .positions()
+                        .map(|p| format!("{}@{}", p.display_id(), p.topic)),
+                )
+                .collect();
             let adds = match written.take() {
-                Some(adds) => adds,
-                None => {
+                Some((same, adds)) if same == ids => adds,
+                _ => {
                     let properties = writer_properties(
                         &self.config,
                         vec![
@@ -277,22 +237,14 @@ impl DeltaSink {
                                 metadata_keys::SCHEMA_FINGERPRINT.into(),
                                 self.schema_fingerprint.clone(),
                             ),
-                            (
-                                metadata_keys::MESSAGE_RANGES.into(),
-                                self.rollover.ranges_json(),
-                            ),
+                            (metadata_keys::MESSAGE_RANGES.into(), taken.ranges_json()),
                         ],
                     )
                     .map_err(SinkError::Fatal)?;
-                    let batches = self
-                        .rollover
-                        .batches
-                        .iter()
-                        .map(|(b, _)| b.clone())
-                        .collect();
-                    match write_files(table.delta(), batches, properties).await {
+                    match write_files(table.files_table(), taken.row_batches(), properties).await {
                         Ok(adds) => adds,
                         Err(e) => {
+                            self.rollover.put_back(taken);
                             self.pause(&mut backoff, "writing Parquet files failed", &e)
                                 .await?;
                             continue;
@@ -300,55 +252,32 @@ impl DeltaSink {
                     }
                 }
             };
-            let table = self
-                .table
-                .as_mut()
-                .ok_or_else(|| SinkError::Fatal("no table".into()))?;
             let now_ms = chrono::Utc::now().timestamp_millis();
             let mut txns = Vec::new();
-            for (partition, last) in self.rollover.last_per_partition() {
-                if !representable(last) {
-                    return Err(SinkError::Fatal(format!("message id {last:?} of {partition} does not fit a Delta transaction version")));
+            for (partition, key) in taken.commit_keys() {
+                if !representable(key) {
+                    return Err(SinkError::Fatal(format!("message id {key:?} of {partition} does not fit a Delta transaction version")));
                 }
                 if table
                     .positions()
-                    .get(partition)
-                    .is_none_or(|held| last > held)
+                    .get(&partition)
+                    .is_none_or(|held| key > held)
                 {
-                    txns.extend(transactions(partition, last, now_ms));
+                    txns.extend(transactions(&partition, key, now_ms));
                 }
             }
-            let metadata = HashMap::from([
-                (
-                    "pipeline".to_string(),
-                    serde_json::Value::from(self.spec.pipeline.clone()),
-                ),
-                (
-                    "instance".to_string(),
-                    serde_json::Value::from(self.spec.instance.clone()),
-                ),
-                (
-                    "message_ranges".to_string(),
-                    serde_json::Value::from(self.rollover.ranges_json()),
-                ),
-            ]);
-            let files = adds.len();
-            let bytes: i64 = adds.iter().map(|a| a.size).sum();
-            match table.commit(adds.clone(), txns, metadata).await {
+            let (files, bytes) = (adds.len(), adds.iter().map(|a| a.size).sum::<i64>());
+            match table.commit(adds.clone(), txns).await {
                 Ok(committed) => {
                     tracing::info!(
                         version = committed.version,
                         files,
                         bytes,
-                        rows = self.rollover.rows,
+                        rows = taken.rows(),
                         "offline rollover committed"
                     );
                     if let Some(metrics) = &self.metrics {
                         metrics.offline_commits.get_or_create(&labels).inc();
-                        metrics
-                            .offline_commit_concurrent
-                            .get_or_create(&labels)
-                            .inc_by(committed.retries);
                         metrics
                             .parquet_files_written
                             .get_or_create(&labels)
@@ -362,38 +291,74 @@ impl DeltaSink {
                             .get_or_create(&labels)
                             .set(i64::try_from(committed.version).unwrap_or(i64::MAX));
                     }
+                    let arrow_bytes = taken.arrow_bytes();
                     if arrow_bytes > 0 && bytes > 0 {
                         self.encoded_per_arrow_byte = bytes as f64 / arrow_bytes as f64;
                     }
-                    break;
+                    break taken;
                 }
-                Err(CommitError::Conflict(why)) => {
-                    tracing::info!(%why, "offline commit met another writer's; re-checking positions");
+                Err(CommitError::Conflict(version)) => {
+                    tracing::info!(
+                        version,
+                        "another writer committed first; re-checking what the table holds"
+                    );
                     if let Some(metrics) = &self.metrics {
                         metrics
                             .offline_commit_conflicts
                             .get_or_create(&labels)
                             .inc();
                     }
-                    // The files stay usable unless the re-check drops rows.
-                    written = Some(adds);
+                    written = Some((ids, adds));
+                    self.rollover.put_back(taken);
                 }
                 Err(CommitError::Failed(e)) => {
                     // It may have landed: the refresh at the top of the loop finds out.
+                    written = Some((ids, adds));
+                    self.rollover.put_back(taken);
                     self.pause(&mut backoff, "offline commit failed", &e)
                         .await?;
-                    written = Some(adds);
                 }
             }
-        }
+        };
         if let Some(metrics) = &self.metrics {
             metrics
                 .offline_commit_seconds
                 .get_or_create(&labels)
                 .observe(started.elapsed().as_secs_f64());
         }
-        Ok(std::mem::take(&mut self.rollover).positions)
+        Ok(taken.into_positions())
     }
+
+    fn count_skipped(&self, rows: usize) {
+        if rows == 0 {
+            return;
+        }
+        tracing::info!(
+            dropped = rows,
+            "skipping rows already committed (redelivered, or committed by another writer)"
+        );
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .offline_rows_skipped
+                .get_or_create(&self.labels())
+                .inc_by(rows as u64);
+        }
+    }
+
+    /// Sets how long messages after a gap wait for it to fill (a backfill never commits past
+    /// a gap: `Duration::MAX`).
+    pub fn set_gap_grace(&mut self, grace: std::time::Duration) {
+        self.gap_grace = grace;
+    }
+
+    /// Rows still buffered (after a flush: rows that could not be committed because of a gap).
+    pub fn buffered_rows(&self) -> usize {
+        self.rollover.rows()
+    }
+}
+
+fn fatal(error: arrow::error::ArrowError) -> SinkError {
+    SinkError::Fatal(format!("offline rollover: {error}"))
 }
 
 fn log_opened(table: &OfflineTable, opened: &Opened) {
@@ -442,14 +407,15 @@ impl Sink for DeltaSink {
                 chrono::Utc::now().timestamp_millis(),
             )
             .map_err(|e| SinkError::Fatal(format!("shaping rows for the offline table: {e}")))?;
-        let offset = self.rollover.positions.len();
-        let messages: Vec<usize> = batch.row_positions.iter().map(|&i| offset + i).collect();
-        self.rollover.positions.extend(batch.positions);
-        self.rollover.opened_at.get_or_insert_with(Instant::now);
-        if rows.num_rows() > 0 {
-            self.rollover.rows += rows.num_rows();
-            self.rollover.arrow_bytes += rows.get_array_memory_size();
-            self.rollover.batches.push((rows, messages));
+        let rewound = self
+            .rollover
+            .take(rows, batch.row_positions, batch.positions)
+            .map_err(fatal)?;
+        if rewound > 0 {
+            tracing::info!(
+                rows = rewound,
+                "the broker delivers a partition again from an earlier message; dropping what it sends again"
+            );
         }
         // Redelivered messages the table already holds are dropped now (they cost memory
         // until the rollover otherwise); the commit checks again against the newest state.
@@ -457,20 +423,9 @@ impl Sink for DeltaSink {
             .table
             .as_ref()
             .ok_or_else(|| SinkError::Fatal("no table".into()))?;
-        let dropped = self.rollover.drop_held(table.positions())?;
-        if dropped > 0 {
-            tracing::info!(
-                dropped,
-                "skipping rows already committed (redelivered, or committed by another writer)"
-            );
-            if let Some(metrics) = &self.metrics {
-                metrics
-                    .offline_rows_skipped
-                    .get_or_create(&self.labels())
-                    .inc_by(dropped as u64);
-            }
-        }
-        if self.rollover.rows >= self.config.rollover_rows
+        let dropped = self.rollover.drop_held(table.positions()).map_err(fatal)?;
+        self.count_skipped(dropped);
+        if self.rollover.rows() >= self.config.rollover_rows
             || self.due_by_size()
             || self.due_by_age()
         {
@@ -489,9 +444,14 @@ impl Sink for DeltaSink {
     }
 
     async fn flush(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
-        if self.table.is_none() && self.rollover.rows == 0 {
-            return Ok(std::mem::take(&mut self.rollover).positions);
+        if self.table.is_none() {
+            return Ok(Vec::new());
         }
-        self.commit().await
+        let durable = self.commit().await?;
+        if let Some(table) = self.table.as_mut() {
+            // A checkpoint cut off by the exit would leave the next start more commits to read.
+            table.finish_checkpoint(CHECKPOINT_AT_SHUTDOWN).await;
+        }
+        Ok(durable)
     }
 }

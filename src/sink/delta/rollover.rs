@@ -1,0 +1,434 @@
+//! The rows of one rollover, with the messages behind them, and the rules that keep every
+//! message in the table once.
+//!
+//! Per topic partition, a commit records its newest message as "everything up to here is in
+//! the table". That is only true if the rollover holds, for each partition, an unbroken run of
+//! messages continuing from what the table held. Pulsar does not always deliver one: when a
+//! Failover subscription hands a partition to another consumer, the broker may first dispatch
+//! newer messages (its read position ran ahead for the old consumer) and only then rewind to
+//! the last acknowledged one and deliver everything from there again. So:
+//!
+//! - a message at or below the newest one taken for its partition is such a rewind: the
+//!   buffered messages from it on are dropped (they come again, in order);
+//! - a commit takes, per partition, only the unbroken run that continues from the table's
+//!   position; messages after a gap stay buffered until the gap fills (or is accepted as
+//!   real, see [`Rollover::cuts`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use arrow::array::{BooleanArray, RecordBatch};
+use arrow::error::ArrowError;
+
+use super::positions::{commit_key, continues, message_key, CommittedPositions, MessageKey};
+use crate::source::MessagePosition;
+
+/// A gap taken as real: the partition, what the table held, the message after the gap.
+pub type AcceptedGap = (String, MessageKey, MessageKey);
+
+/// One batch as buffered: table rows, and for each row the index of its message.
+#[derive(Debug, Clone)]
+struct Buffered {
+    rows: RecordBatch,
+    row_messages: Vec<usize>,
+    /// Every message of the batch still buffered (with rows or not), in receive order.
+    positions: Vec<MessagePosition>,
+}
+
+impl Buffered {
+    /// Keeps the messages `keep` says and their rows.
+    fn retain(&mut self, keep: &[bool]) -> Result<usize, ArrowError> {
+        let mut new_index = vec![usize::MAX; keep.len()];
+        let mut next = 0;
+        for (index, kept) in keep.iter().enumerate() {
+            if *kept {
+                new_index[index] = next;
+                next += 1;
+            }
+        }
+        let row_keep: Vec<bool> = self.row_messages.iter().map(|&m| keep[m]).collect();
+        let dropped_rows = row_keep.iter().filter(|k| !**k).count();
+        if dropped_rows > 0 {
+            self.rows = arrow::compute::filter_record_batch(
+                &self.rows,
+                &BooleanArray::from(row_keep.clone()),
+            )?;
+        }
+        self.row_messages = self
+            .row_messages
+            .iter()
+            .zip(&row_keep)
+            .filter(|(_, k)| **k)
+            .map(|(&m, _)| new_index[m])
+            .collect();
+        let mut flags = keep.iter();
+        self.positions.retain(|_| *flags.next().unwrap_or(&false));
+        Ok(dropped_rows)
+    }
+
+    /// Keeps the rows whose message `keep_row` accepts (messages stay).
+    fn retain_rows(
+        &mut self,
+        keep_row: impl Fn(&MessagePosition) -> bool,
+    ) -> Result<usize, ArrowError> {
+        let row_keep: Vec<bool> = self
+            .row_messages
+            .iter()
+            .map(|&m| self.positions.get(m).is_none_or(&keep_row))
+            .collect();
+        let dropped = row_keep.iter().filter(|k| !**k).count();
+        if dropped > 0 {
+            self.rows = arrow::compute::filter_record_batch(
+                &self.rows,
+                &BooleanArray::from(row_keep.clone()),
+            )?;
+            let mut flags = row_keep.iter();
+            self.row_messages
+                .retain(|_| *flags.next().unwrap_or(&false));
+        }
+        Ok(dropped)
+    }
+}
+
+/// The rows waiting for the next commit.
+#[derive(Debug, Default)]
+pub struct Rollover {
+    batches: Vec<Buffered>,
+    newest: HashMap<String, MessageKey>,
+    /// When the oldest buffered row arrived.
+    pub opened_at: Option<Instant>,
+    /// Since when each partition has had messages held back behind a gap.
+    gap_since: HashMap<String, Instant>,
+}
+
+impl Rollover {
+    /// Buffered rows.
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.rows.num_rows()).sum()
+    }
+
+    /// In-memory size of the buffered rows.
+    pub fn arrow_bytes(&self) -> usize {
+        self.batches
+            .iter()
+            .map(|b| b.rows.get_array_memory_size())
+            .sum()
+    }
+
+    /// Buffered messages.
+    pub fn messages(&self) -> usize {
+        self.batches.iter().map(|b| b.positions.len()).sum()
+    }
+
+    /// Every buffered message, in receive order.
+    pub fn positions(&self) -> impl Iterator<Item = &MessagePosition> {
+        self.batches.iter().flat_map(|b| b.positions.iter())
+    }
+
+    /// The buffered rows, batch by batch.
+    pub fn row_batches(&self) -> Vec<RecordBatch> {
+        self.batches.iter().map(|b| b.rows.clone()).collect()
+    }
+
+    /// Takes a batch's table rows (`row_messages[row]` indexes `positions`). A message at or
+    /// below the newest taken for its partition means the broker rewound: what is buffered
+    /// of that partition from there on is dropped first. Returns the rows so dropped.
+    pub fn take(
+        &mut self,
+        rows: RecordBatch,
+        row_messages: Vec<usize>,
+        positions: Vec<MessagePosition>,
+    ) -> Result<usize, ArrowError> {
+        let mut rewound = 0;
+        let mut incoming = Buffered {
+            rows,
+            row_messages,
+            positions,
+        };
+        let mut index = 0;
+        while index < incoming.positions.len() {
+            let position = &incoming.positions[index];
+            let key = message_key(position);
+            let topic = position.topic.clone();
+            match self.newest.get(&topic) {
+                Some(newest) if key <= *newest => {
+                    // Everything of this partition from `key` on comes again.
+                    let from = |p: &MessagePosition| p.topic == topic && message_key(p) >= key;
+                    for batch in &mut self.batches {
+                        let keep: Vec<bool> = batch.positions.iter().map(|p| !from(p)).collect();
+                        rewound += batch.retain(&keep)?;
+                    }
+                    let keep: Vec<bool> = incoming
+                        .positions
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| i >= index || !from(p))
+                        .collect();
+                    rewound += incoming.retain(&keep)?;
+                    index = keep[..index].iter().filter(|k| **k).count();
+                    self.newest.insert(topic, key);
+                }
+                _ => {
+                    self.newest.insert(topic, key);
+                }
+            }
+            index += 1;
+        }
+        self.batches.retain(|b| !b.positions.is_empty());
+        if !incoming.positions.is_empty() {
+            self.opened_at.get_or_insert_with(Instant::now);
+            self.batches.push(incoming);
+        }
+        Ok(rewound)
+    }
+
+    /// Drops the rows of messages the table already holds (their messages stay, to be
+    /// acknowledged); returns how many.
+    pub fn drop_held(&mut self, held: &CommittedPositions) -> Result<usize, ArrowError> {
+        let mut dropped = 0;
+        for batch in &mut self.batches {
+            dropped += batch.retain_rows(|p| !held.holds(p))?;
+        }
+        Ok(dropped)
+    }
+
+    /// Per partition, the newest message a commit may take: the end of the unbroken run that
+    /// continues from what the table holds. A partition whose run has been broken for
+    /// `grace` is taken whole (the missing messages are taken as gone, e.g. expired by a
+    /// TTL), named in the returned list of accepted gaps.
+    pub fn cuts(
+        &mut self,
+        held: &CommittedPositions,
+        grace: std::time::Duration,
+    ) -> (HashMap<String, MessageKey>, Vec<AcceptedGap>) {
+        let mut by_partition: BTreeMap<&str, Vec<&MessagePosition>> = BTreeMap::new();
+        for position in self.batches.iter().flat_map(|b| b.positions.iter()) {
+            by_partition
+                .entry(position.topic.as_str())
+                .or_default()
+                .push(position);
+        }
+        let mut cuts = HashMap::new();
+        let mut accepted = Vec::new();
+        let mut gapped = Vec::new();
+        for (partition, positions) in by_partition {
+            let mut last = held.get(partition);
+            let mut broken_at = None;
+            for position in positions {
+                if last.is_some_and(|l| message_key(position) <= l) {
+                    continue;
+                }
+                match last {
+                    Some(l) if !continues(l, position) => {
+                        broken_at = Some((l, message_key(position)));
+                        break;
+                    }
+                    _ => last = Some(commit_key(position)),
+                }
+            }
+            match (broken_at, last) {
+                (Some((at, next)), _) => {
+                    let since = *self
+                        .gap_since
+                        .entry(partition.to_string())
+                        .or_insert_with(Instant::now);
+                    if since.elapsed() >= grace {
+                        accepted.push((partition.to_string(), at, next));
+                        cuts.insert(partition.to_string(), (u64::MAX, u64::MAX, i32::MAX));
+                    } else {
+                        gapped.push(partition.to_string());
+                        if let Some(l) = last {
+                            cuts.insert(partition.to_string(), l);
+                        }
+                    }
+                }
+                (None, Some(l)) => {
+                    cuts.insert(partition.to_string(), l);
+                }
+                (None, None) => {}
+            }
+        }
+        self.gap_since.retain(|p, _| gapped.contains(p));
+        (cuts, accepted)
+    }
+
+    /// Splits off (and returns) what a commit up to `cuts` takes: messages at or below their
+    /// partition's cut, with their rows. What stays is the part after gaps.
+    pub fn split(&mut self, cuts: &HashMap<String, MessageKey>) -> Result<Rollover, ArrowError> {
+        let mut taken = Rollover::default();
+        let mut kept = Vec::new();
+        for mut batch in std::mem::take(&mut self.batches) {
+            let within: Vec<bool> = batch
+                .positions
+                .iter()
+                .map(|p| cuts.get(&p.topic).is_some_and(|cut| message_key(p) <= *cut))
+                .collect();
+            if within.iter().all(|w| *w) {
+                taken.batches.push(batch);
+                continue;
+            }
+            let mut rest = batch.clone();
+            batch.retain(&within)?;
+            let outside: Vec<bool> = within.iter().map(|w| !w).collect();
+            rest.retain(&outside)?;
+            if !batch.positions.is_empty() {
+                taken.batches.push(batch);
+            }
+            kept.push(rest);
+        }
+        self.batches = kept;
+        taken.opened_at = self.opened_at;
+        if self.batches.is_empty() {
+            self.opened_at = None;
+        }
+        Ok(taken)
+    }
+
+    /// Per topic partition, the key a commit of this rollover records (its newest message,
+    /// standing for its whole entry when it completes it).
+    pub fn commit_keys(&self) -> BTreeMap<String, MessageKey> {
+        let mut keys: BTreeMap<String, MessageKey> = BTreeMap::new();
+        for position in self.positions() {
+            let key = commit_key(position);
+            let entry = keys.entry(position.topic.clone()).or_insert(key);
+            *entry = (*entry).max(key);
+        }
+        keys
+    }
+
+    /// Per topic partition, `[first, last]` message id, as JSON (file metadata).
+    pub fn ranges_json(&self) -> String {
+        let mut ranges: BTreeMap<&str, (String, String)> = BTreeMap::new();
+        for position in self.positions() {
+            let id = position.display_id();
+            ranges
+                .entry(position.topic.as_str())
+                .and_modify(|r| r.1 = id.clone())
+                .or_insert_with(|| (id.clone(), id));
+        }
+        serde_json::to_string(&ranges).unwrap_or_default()
+    }
+
+    /// Puts back what [`Rollover::split`] took (its commit did not land).
+    pub fn put_back(&mut self, taken: Rollover) {
+        let mut batches = taken.batches;
+        batches.append(&mut self.batches);
+        self.batches = batches;
+        self.opened_at = match (taken.opened_at, self.opened_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Every buffered message, to be acknowledged.
+    pub fn into_positions(self) -> Vec<MessagePosition> {
+        self.batches.into_iter().flat_map(|b| b.positions).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::Int64Array;
+    use pulsar::message::proto::MessageIdData;
+
+    use super::*;
+
+    fn position(partition: &str, entry: u64) -> MessagePosition {
+        MessagePosition {
+            topic: partition.into(),
+            id: MessageIdData {
+                ledger_id: 7,
+                entry_id: entry,
+                ..Default::default()
+            },
+            batch_size: None,
+        }
+    }
+
+    /// One row per message, the row's value its entry id.
+    fn batch(
+        partition: &str,
+        entries: std::ops::Range<u64>,
+    ) -> (RecordBatch, Vec<usize>, Vec<MessagePosition>) {
+        let positions: Vec<MessagePosition> =
+            entries.clone().map(|e| position(partition, e)).collect();
+        let rows = RecordBatch::try_from_iter(vec![(
+            "entry",
+            Arc::new(Int64Array::from_iter_values(entries.map(|e| e as i64))) as _,
+        )])
+        .unwrap();
+        (rows, (0..positions.len()).collect(), positions)
+    }
+
+    fn entries(rollover: &Rollover) -> Vec<i64> {
+        rollover
+            .row_batches()
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rewind_drops_what_comes_again() {
+        let mut rollover = Rollover::default();
+        let (rows, index, positions) = batch("p", 10..20);
+        rollover.take(rows, index, positions).unwrap();
+        // The broker dispatched 30..33 ahead, then rewound to 15.
+        let (rows, index, positions) = batch("p", 30..33);
+        rollover.take(rows, index, positions).unwrap();
+        let (rows, index, positions) = batch("p", 15..18);
+        assert_eq!(rollover.take(rows, index, positions).unwrap(), 8);
+        assert_eq!(entries(&rollover), (10..18).collect::<Vec<_>>());
+        assert_eq!(rollover.messages(), 8);
+    }
+
+    #[test]
+    fn a_commit_takes_only_the_run_that_continues_from_the_table() {
+        let mut held = CommittedPositions::default();
+        held.set("p", Some((7, 9, -1)));
+        held.set("q", Some((7, 4, -1)));
+        let mut rollover = Rollover::default();
+        for (partition, range) in [("p", 8..12), ("p", 14..16), ("q", 5..7)] {
+            let (rows, index, positions) = batch(partition, range);
+            rollover.take(rows, index, positions).unwrap();
+        }
+        rollover.drop_held(&held).unwrap();
+        let (cuts, accepted) = rollover.cuts(&held, std::time::Duration::from_secs(60));
+        assert!(accepted.is_empty());
+        assert_eq!(cuts.get("p"), Some(&(7, 11, i32::MAX)));
+        assert_eq!(cuts.get("q"), Some(&(7, 6, i32::MAX)));
+        let taken = rollover.split(&cuts).unwrap();
+        assert_eq!(entries(&taken), vec![10, 11, 5, 6]);
+        assert_eq!(
+            taken.messages(),
+            6,
+            "8 and 9 are acknowledged with the rest"
+        );
+        assert_eq!(
+            entries(&rollover),
+            vec![14, 15],
+            "after the gap: kept for later"
+        );
+        // A gap that lasts is accepted.
+        let (cuts, accepted) = rollover.cuts(&held, std::time::Duration::ZERO);
+        assert_eq!(accepted.len(), 1);
+        assert!(cuts.contains_key("p"));
+    }
+
+    #[test]
+    fn commit_keys_stand_for_whole_entries() {
+        let mut rollover = Rollover::default();
+        let (rows, index, positions) = batch("p", 3..5);
+        rollover.take(rows, index, positions).unwrap();
+        assert_eq!(rollover.commit_keys().get("p"), Some(&(7, 4, i32::MAX)));
+    }
+}
