@@ -135,12 +135,13 @@ impl Probe for ObjectStoreProbe {
         format!("offline store of `{}`", self.pipeline)
     }
 
-    /// Lists the table's log after every key it can hold (`~` sorts after the digits and
-    /// `_last_checkpoint`): one request that fails when the store or bucket is unreachable and
-    /// returns nothing when it is fine, whatever the table's size.
+    /// Lists the table's log after every key it can hold (`zzzz` sorts after the commits,
+    /// checkpoints and `_last_checkpoint`; a `~` would be percent-encoded and sort first):
+    /// one request that fails when the store or bucket is unreachable and returns nothing when
+    /// it is fine, whatever the table's size.
     async fn check(&self) -> Result<(), String> {
         let log = object_store::path::Path::from("_delta_log");
-        let after = object_store::path::Path::from("_delta_log/~");
+        let after = object_store::path::Path::from("_delta_log/zzzz");
         let mut listing = self.store.list_with_offset(Some(&log), &after);
         match listing.next().await {
             Some(Err(e)) => Err(e.to_string()),

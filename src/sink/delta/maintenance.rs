@@ -179,12 +179,13 @@ impl OfflineTable {
                 done += 1;
                 progress(done);
             }
-            let adds = super::files::write_files(self.files_table(), batches, properties.clone())
-                .await
-                .map_err(|source| TableError::Delta {
-                    what: "writing a compacted file",
-                    source,
-                })?;
+            let adds =
+                super::files::write_files(self.files_table().await?, batches, properties.clone())
+                    .await
+                    .map_err(|source| TableError::Delta {
+                        what: "writing a compacted file",
+                        source,
+                    })?;
             actions.extend(adds.into_iter().map(|add| {
                 Action::Add(Add {
                     data_change: false,

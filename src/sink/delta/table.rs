@@ -85,8 +85,9 @@ pub struct OfflineTable {
     pub(crate) location: TableLocation,
     pub(crate) engine: Arc<dyn Engine>,
     pub(crate) snapshot: SnapshotRef,
-    /// Writes data files (delta-rs's writer wants a table; this one loads no file list).
-    pub(crate) files: BlindDeltaTable,
+    /// Writes data files (delta-rs's writer wants a table; this one loads no file list);
+    /// made at the first commit, so that start-up does not load the log twice.
+    pub(crate) files: Option<BlindDeltaTable>,
     pub(crate) positions: CommittedPositions,
     pub(crate) checkpoint_interval: u64,
     pub(crate) checkpoints: Option<JoinHandle<()>>,
@@ -96,7 +97,8 @@ impl OfflineTable {
     /// Opens the table at `location`, creating it when missing and adding columns for fields the
     /// pipeline schema gained. Refuses (with the field named) a schema the table cannot take,
     /// and (unless `upgrading`) a folder that holds Parquet files of the earlier, table-less
-    /// format.
+    /// format. An existing table costs one snapshot load: the newest checkpoint's hint, one
+    /// listing of the log from there, the checkpoint's metadata and the commits after it.
     pub async fn open(
         location: TableLocation,
         pipeline: &str,
@@ -105,56 +107,58 @@ impl OfflineTable {
         checkpoint_interval: u64,
         upgrading: bool,
     ) -> Result<(Self, Opened), TableError> {
-        let opened = if has_log(&location).await? {
-            evolve(&location, desired, partition_columns).await?
-        } else {
-            if !upgrading {
-                refuse_legacy_files(&location, pipeline).await?;
+        let (snapshot, opened) = match load_snapshot(&location).await {
+            Ok(snapshot) => match evolve(&location, &snapshot, desired, partition_columns).await? {
+                Opened::Existing => (snapshot, Opened::Existing),
+                changed => (load_snapshot(&location).await?, changed),
+            },
+            Err(error) => {
+                if has_log(&location).await? {
+                    return Err(error);
+                }
+                if !upgrading {
+                    refuse_legacy_files(&location, pipeline).await?;
+                }
+                let opened = create(
+                    &location,
+                    pipeline,
+                    desired,
+                    partition_columns,
+                    checkpoint_interval,
+                )
+                .await?;
+                (load_snapshot(&location).await?, opened)
             }
-            create(
-                &location,
-                pipeline,
-                desired,
-                partition_columns,
-                checkpoint_interval,
-            )
-            .await?
         };
-        let table = Self::open_existing(location).await?;
-        Ok((table, opened))
+        Ok((Self::from_snapshot(location, snapshot), opened))
     }
 
     /// Opens a table that must exist, as it is.
     pub async fn open_existing(location: TableLocation) -> Result<Self, TableError> {
-        if !has_log(&location).await? {
-            return Err(TableError::Refused(format!(
+        match load_snapshot(&location).await {
+            Ok(snapshot) => Ok(Self::from_snapshot(location, snapshot)),
+            Err(_) if !has_log(&location).await? => Err(TableError::Refused(format!(
                 "{} is not a Delta table (yet)",
                 location.url
-            )));
+            ))),
+            Err(error) => Err(error),
         }
-        let engine = location.log_store.engine(None);
-        let url = location.url.to_string();
-        let kernel_engine = engine.clone();
-        let snapshot = blocking("reading the table's log", move || {
-            Snapshot::builder_for(url).build(kernel_engine.as_ref())
-        })
-        .await?;
+    }
+
+    fn from_snapshot(location: TableLocation, snapshot: SnapshotRef) -> Self {
         let checkpoint_interval = snapshot
             .table_properties()
             .checkpoint_interval
             .map_or(100, |n| n.get());
-        let files = BlindDeltaTable::try_new_with_log_store(location.log_store.clone())
-            .await
-            .map_err(TableError::delta("reading the table's metadata"))?;
-        Ok(Self {
+        Self {
+            engine: location.log_store.engine(None),
             location,
-            engine,
             snapshot,
-            files,
+            files: None,
             positions: CommittedPositions::default(),
             checkpoint_interval,
             checkpoints: None,
-        })
+        }
     }
 
     /// The table's URL.
@@ -173,8 +177,16 @@ impl OfflineTable {
     }
 
     /// The table for writers of data files.
-    pub fn files_table(&self) -> &BlindDeltaTable {
-        &self.files
+    pub async fn files_table(&mut self) -> Result<&BlindDeltaTable, TableError> {
+        if self.files.is_none() {
+            let table = BlindDeltaTable::try_new_with_log_store(self.log_store())
+                .await
+                .map_err(TableError::delta("reading the table's metadata"))?;
+            self.files = Some(table);
+        }
+        self.files
+            .as_ref()
+            .ok_or_else(|| TableError::Refused("no table for writing files".into()))
     }
 
     /// The table's Arrow schema (partition columns included).
@@ -267,7 +279,18 @@ impl OfflineTable {
     }
 }
 
-/// Whether the table's log has a commit (a listing of `_delta_log` only).
+/// The table's newest snapshot (protocol, metadata, log segment; no file list).
+async fn load_snapshot(location: &TableLocation) -> Result<SnapshotRef, TableError> {
+    let engine = location.log_store.engine(None);
+    let url = location.url.to_string();
+    blocking("reading the table's log", move || {
+        Snapshot::builder_for(url).build(engine.as_ref())
+    })
+    .await
+}
+
+/// Whether the table's log has a commit (a listing of `_delta_log` only; used when the
+/// snapshot could not be loaded).
 async fn has_log(location: &TableLocation) -> Result<bool, TableError> {
     let log = StorePath::from("_delta_log");
     let mut listing = location.store.list(Some(&log));
@@ -310,7 +333,10 @@ async fn create(
     match created {
         Ok(_) => Ok(Opened::Created),
         // Another replica created it first: use theirs (and check it as an existing table).
-        Err(_) if has_log(location).await? => evolve(location, desired, partition_columns).await,
+        Err(_) if has_log(location).await? => {
+            let snapshot = load_snapshot(location).await?;
+            evolve(location, &snapshot, desired, partition_columns).await
+        }
         Err(source) => Err(TableError::Delta {
             what: "creating the table",
             source,
@@ -320,15 +346,10 @@ async fn create(
 
 async fn evolve(
     location: &TableLocation,
+    snapshot: &SnapshotRef,
     desired: &Schema,
     partition_columns: &[String],
 ) -> Result<Opened, TableError> {
-    let engine = location.log_store.engine(None);
-    let url = location.url.to_string();
-    let snapshot = blocking("reading the table's log", move || {
-        Snapshot::builder_for(url).build(engine.as_ref())
-    })
-    .await?;
     let have = snapshot
         .table_configuration()
         .logical_partition_columns()

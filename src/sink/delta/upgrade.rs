@@ -204,7 +204,7 @@ impl TableSpec {
             delete.push(file.path.clone());
         }
         if !batches.is_empty() {
-            let adds = super::files::write_files(table.files_table(), batches, properties)
+            let adds = super::files::write_files(table.files_table().await?, batches, properties)
                 .await
                 .map_err(|source| TableError::Delta {
                     what: "writing the converted files",

@@ -241,7 +241,13 @@ impl DeltaSink {
                         ],
                     )
                     .map_err(SinkError::Fatal)?;
-                    match write_files(table.files_table(), taken.row_batches(), properties).await {
+                    let files = match table.files_table().await {
+                        Ok(files) => write_files(files, taken.row_batches(), properties)
+                            .await
+                            .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match files {
                         Ok(adds) => adds,
                         Err(e) => {
                             self.rollover.put_back(taken);
