@@ -1,6 +1,7 @@
 """Offline start-up and commit benchmark (run it through bench/offline_startup.sh).
 
-For each history size N (default 100 and 10,000 committed rollovers) on the local S3 server:
+For each history size N (default 100 and 10,000 committed rollovers), in a bucket of its own
+on the local S3 server:
   1. examples/offline_history commits N rollovers through the connector's own offline sink
      (4 topic partitions, --rows rows each) and reports each commit's latency;
   2. the release binary starts on a pipeline whose offline table is that table (online off,
@@ -29,7 +30,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/feature-connector"
 HISTORY = ROOT / "target/release/examples/offline_history"
-BUCKET = os.environ.get("S3_BUCKET", "feature-connector-test")
 ENDPOINT = os.environ.get("S3_ENDPOINT", "http://127.0.0.1:9000")
 SCHEMA = {"type": "record", "name": "History", "fields": [
     {"name": "user_id", "type": "string"},
@@ -131,7 +131,11 @@ def main():
     args = parser.parse_args()
     results = []
     for n in [int(x) for x in args.rollovers.split(",")]:
-        store = f"s3://{BUCKET}/bench-startup/{n}-{uuid.uuid4().hex[:8]}"
+        # A bucket of its own, as a table has in production (the test server's listings
+        # slow down with every key of a bucket).
+        bucket = f"fc-bench-{n}-{uuid.uuid4().hex[:8]}"
+        urllib.request.urlopen(urllib.request.Request(f"{ENDPOINT}/{bucket}", method="PUT"), timeout=10)
+        store = f"s3://{bucket}/offline"
         log(f"committing {n} rollovers to {store}")
         built = time.perf_counter()
         out = subprocess.run([str(HISTORY), "--store", store, "--pipeline", "history",

@@ -4,6 +4,7 @@
 mod bad_input;
 mod common;
 mod delta;
+mod delta_maintenance;
 mod deploy;
 mod end_to_end;
 mod feast;

@@ -20,15 +20,18 @@
 //!   written every `offline.checkpoint_interval` commits, in the background.
 
 mod commit;
+mod committing;
 mod config;
 mod files;
 mod layout;
 mod maintenance;
+mod open;
 mod positions;
 mod requests;
 mod rollover;
 mod store;
 mod table;
+mod types;
 mod upgrade;
 mod writer;
 
@@ -40,13 +43,12 @@ pub use config::{
     PartitionTime,
 };
 pub use files::{metadata_keys, writer_properties};
-pub use layout::{
-    desired_schema, LayoutError, TableLayout, DATE_COLUMN, HOUR_COLUMN, PUBLISH_TIME_COLUMN,
-};
+pub use layout::{LayoutError, TableLayout, DATE_COLUMN, HOUR_COLUMN, PUBLISH_TIME_COLUMN};
 pub use maintenance::{partition_end_ms, plan_compaction, ActiveFile, CompactionGroup, FileCount};
 pub use positions::{message_key, CommittedPositions, MessageKey};
 pub use store::{OfflineStore, StoreError, TableLocation};
 pub use table::{OfflineTable, Opened, TableError};
+pub use types::desired_schema;
 pub use upgrade::UpgradeReport;
 pub use writer::DeltaSink;
 

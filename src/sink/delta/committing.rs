@@ -1,0 +1,220 @@
+//! Committing a rollover (see [`super`] for the protocol and [`super::rollover`] for what a
+//! commit may take).
+
+use std::time::Instant;
+
+use super::commit::CommitError;
+use super::files::{metadata_keys, write_files, writer_properties};
+use super::positions::{representable, transactions};
+use super::writer::DeltaSink;
+use crate::retry::Backoff;
+use crate::sink::SinkError;
+use crate::source::MessagePosition;
+
+impl DeltaSink {
+    /// Commits what the rollover may take: skip rows the table holds, take per partition the
+    /// unbroken run from the table's position (see [`super::rollover`]), write those files
+    /// and commit them with their positions as the version after the one the sink knows. If
+    /// another writer wrote that version first, refresh (read the commits not seen yet) and
+    /// start over. The sink does not read the log before a commit that nothing suggests is
+    /// stale: the conditional put of the commit finds out. Returns the durable messages.
+    pub(super) async fn commit(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
+        if self.rollover.messages() == 0 {
+            return Ok(Vec::new());
+        }
+        let started = Instant::now();
+        let labels = self.labels();
+        let mut backoff = Backoff::default();
+        // Files already written for exactly this set of messages (reused after a conflict).
+        let mut written: Option<(Vec<String>, Vec<deltalake::kernel::Add>)> = None;
+        let taken = loop {
+            let table = self
+                .table
+                .as_mut()
+                .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+            if self.stale {
+                if let Err(e) = table.refresh().await {
+                    self.pause(&mut backoff, "cannot read the offline table", &e)
+                        .await?;
+                    continue;
+                }
+                self.stale = false;
+            }
+            let buffered: Vec<MessagePosition> = self.rollover.positions().cloned().collect();
+            self.learn_positions(&buffered).await?;
+            let table = self
+                .table
+                .as_ref()
+                .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+            let dropped = self.rollover.drop_held(table.positions()).map_err(fatal)?;
+            let (cuts, accepted) = self.rollover.cuts(table.positions(), self.gap_grace);
+            self.count_skipped(dropped);
+            for (partition, held, next) in &accepted {
+                tracing::warn!(%partition, ?held, ?next, "messages between what the table holds and the next one never arrived (expired or deleted?); committing past them");
+            }
+            let taken = self.rollover.split(&cuts).map_err(fatal)?;
+            if self.rollover.positions().next().is_some() {
+                tracing::debug!(
+                    waiting = self.rollover.messages(),
+                    "messages after a gap wait for it to fill"
+                );
+                // Another writer may fill it: look at the log before the next commit.
+                self.stale = true;
+            }
+            if taken.rows() == 0 {
+                break taken;
+            }
+            let table = self
+                .table
+                .as_mut()
+                .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+            // Same messages and same rows: the files written before a conflict still fit.
+            let ids: Vec<String> = std::iter::once(taken.rows().to_string())
+                .chain(
+                    taken
+                        .positions()
+                        .map(|p| format!("{}@{}", p.display_id(), p.topic)),
+                )
+                .collect();
+            let adds = match written.take() {
+                Some((same, adds)) if same == ids => adds,
+                _ => {
+                    let properties = writer_properties(
+                        &self.config,
+                        vec![
+                            (metadata_keys::PIPELINE.into(), self.spec.pipeline.clone()),
+                            (
+                                metadata_keys::SCHEMA_FINGERPRINT.into(),
+                                self.schema_fingerprint.clone(),
+                            ),
+                            (metadata_keys::MESSAGE_RANGES.into(), taken.ranges_json()),
+                        ],
+                    )
+                    .map_err(SinkError::Fatal)?;
+                    let files = match table.files_table().await {
+                        Ok(files) => write_files(files, taken.row_batches(), properties)
+                            .await
+                            .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match files {
+                        Ok(adds) => adds,
+                        Err(e) => {
+                            self.rollover.put_back(taken);
+                            self.pause(&mut backoff, "writing Parquet files failed", &e)
+                                .await?;
+                            continue;
+                        }
+                    }
+                }
+            };
+            let now_ms = chrono::Utc::now().timestamp_millis();
+            let mut txns = Vec::new();
+            for (partition, key) in taken.commit_keys() {
+                if !representable(key) {
+                    return Err(SinkError::Fatal(format!("message id {key:?} of {partition} does not fit a Delta transaction version")));
+                }
+                if table
+                    .positions()
+                    .get(&partition)
+                    .is_none_or(|held| key > held)
+                {
+                    txns.extend(transactions(&partition, key, now_ms));
+                }
+            }
+            let (files, bytes) = (adds.len(), adds.iter().map(|a| a.size).sum::<i64>());
+            match table.commit(adds.clone(), txns).await {
+                Ok(committed) => {
+                    tracing::info!(
+                        version = committed.version,
+                        files,
+                        bytes,
+                        rows = taken.rows(),
+                        "offline rollover committed"
+                    );
+                    if let Some(metrics) = &self.metrics {
+                        metrics.offline_commits.get_or_create(&labels).inc();
+                        metrics
+                            .parquet_files_written
+                            .get_or_create(&labels)
+                            .inc_by(files as u64);
+                        metrics
+                            .parquet_bytes_written
+                            .get_or_create(&labels)
+                            .inc_by(u64::try_from(bytes).unwrap_or(0));
+                        metrics
+                            .offline_table_version
+                            .get_or_create(&labels)
+                            .set(i64::try_from(committed.version).unwrap_or(i64::MAX));
+                    }
+                    let arrow_bytes = taken.arrow_bytes();
+                    if arrow_bytes > 0 && bytes > 0 {
+                        self.encoded_per_arrow_byte = bytes as f64 / arrow_bytes as f64;
+                    }
+                    break taken;
+                }
+                Err(CommitError::Conflict(version)) => {
+                    tracing::info!(
+                        version,
+                        "another writer committed first; re-checking what the table holds"
+                    );
+                    if let Some(metrics) = &self.metrics {
+                        metrics
+                            .offline_commit_conflicts
+                            .get_or_create(&labels)
+                            .inc();
+                    }
+                    written = Some((ids, adds));
+                    self.rollover.put_back(taken);
+                    self.stale = true;
+                }
+                Err(CommitError::Failed(e)) => {
+                    // It may have landed: the refresh at the top of the loop finds out.
+                    written = Some((ids, adds));
+                    self.rollover.put_back(taken);
+                    self.stale = true;
+                    self.pause(&mut backoff, "offline commit failed", &e)
+                        .await?;
+                }
+            }
+        };
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .offline_commit_seconds
+                .get_or_create(&labels)
+                .observe(started.elapsed().as_secs_f64());
+        }
+        Ok(taken.into_positions())
+    }
+
+    pub(super) fn count_skipped(&self, rows: usize) {
+        if rows == 0 {
+            return;
+        }
+        tracing::info!(
+            dropped = rows,
+            "skipping rows already committed (redelivered, or committed by another writer)"
+        );
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .offline_rows_skipped
+                .get_or_create(&self.labels())
+                .inc_by(rows as u64);
+        }
+    }
+
+    /// Sets how long messages after a gap wait for it to fill (a backfill never commits past
+    /// a gap: `Duration::MAX`).
+    pub fn set_gap_grace(&mut self, grace: std::time::Duration) {
+        self.gap_grace = grace;
+    }
+
+    /// Rows still buffered (after a flush: rows that could not be committed because of a gap).
+    pub fn buffered_rows(&self) -> usize {
+        self.rollover.rows()
+    }
+}
+
+pub(super) fn fatal(error: arrow::error::ArrowError) -> SinkError {
+    SinkError::Fatal(format!("offline rollover: {error}"))
+}
