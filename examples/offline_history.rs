@@ -1,7 +1,9 @@
 //! Builds a table's history for the offline start-up benchmark (bench/offline_startup.py):
 //! commits `--rollovers` rollovers of `--rows` rows each through the connector's own offline
-//! sink, as a pipeline on a `--partitions`-partition topic would, and prints the commit
-//! latencies (each rollover's write → committed) as JSON.
+//! sink, back to back, as a pipeline on a `--partitions`-partition topic would; then
+//! `--paced` more, one every `--pace-ms` (a pipeline's real commit rate is one per rollover
+//! interval, seconds apart). Prints the commit latencies (each rollover's write → committed)
+//! of both phases as JSON.
 //!
 //!   cargo run --release --example offline_history -- --store s3://bucket/prefix \
 //!       --pipeline history --rollovers 10000 --rows 20
@@ -37,6 +39,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rows: usize = flag(&args, "--rows", "20").parse()?;
     let partitions: usize = flag(&args, "--partitions", "4").parse()?;
     let topic = flag(&args, "--topic", "persistent://public/default/history");
+    let paced: usize = flag(&args, "--paced", "0").parse()?;
+    let pace = std::time::Duration::from_millis(flag(&args, "--pace-ms", "500").parse()?);
     let options: BTreeMap<String, String> = [
         (
             "aws_endpoint",
@@ -64,8 +68,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let base_ms = 1_790_000_000_000_i64;
     let mut latencies = Vec::with_capacity(rollovers);
+    let mut paced_latencies = Vec::with_capacity(paced);
     let mut entry = vec![0u64; partitions];
-    for rollover in 0..rollovers {
+    for rollover in 0..rollovers + paced {
+        if rollover >= rollovers {
+            tokio::time::sleep(pace).await;
+        }
         let partition = rollover % partitions;
         let start = rollover * rows;
         let batch = RecordBatch::try_new(
@@ -105,7 +113,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 positions,
             })
             .await?;
-        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        if rollover < rollovers {
+            latencies.push(ms);
+        } else {
+            paced_latencies.push(ms);
+        }
         if durable.len() != rows {
             return Err(format!("rollover {rollover}: {} durable of {rows}", durable.len()).into());
         }
@@ -114,16 +127,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     sink.flush().await?;
-    let mut sorted = latencies.clone();
-    sorted.sort_by(f64::total_cmp);
-    let pick = |q: f64| sorted[((sorted.len() as f64 - 1.0) * q).round() as usize];
     println!(
         "{}",
         serde_json::json!({
             "rollovers": rollovers,
             "rows_per_rollover": rows,
-            "commit_ms": {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": pick(1.0),
-                          "mean": latencies.iter().sum::<f64>() / latencies.len() as f64},
+            "commit_ms": summary(&latencies),
+            "paced": paced,
+            "pace_ms": pace.as_millis(),
+            "paced_commit_ms": summary(&paced_latencies),
             "mean_ms_per_tenth": latencies
                 .chunks(latencies.len().div_ceil(10).max(1))
                 .map(|c| (c.iter().sum::<f64>() / c.len() as f64 * 10.0).round() / 10.0)
@@ -131,4 +143,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
     );
     Ok(())
+}
+
+/// p50 / p90 / p99 / max / mean of `latencies` (ms), as JSON.
+fn summary(latencies: &[f64]) -> serde_json::Value {
+    if latencies.is_empty() {
+        return serde_json::Value::Null;
+    }
+    let mut sorted = latencies.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let pick = |q: f64| sorted[((sorted.len() as f64 - 1.0) * q).round() as usize];
+    serde_json::json!({"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": pick(1.0),
+                       "mean": latencies.iter().sum::<f64>() / latencies.len() as f64})
 }

@@ -43,6 +43,12 @@ impl OfflineTable {
         adds: Vec<Add>,
         transactions: Vec<Transaction>,
     ) -> Result<Committed, CommitError> {
+        if self.reload.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            if let Err(e) = self.reload_snapshot().await {
+                tracing::warn!(error = %e, "cannot reload the table onto its new checkpoint; trying again later");
+                self.reload.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
         let files = adds_batch(&adds).map_err(|e| {
             CommitError::Failed(TableError::Refused(format!("describing the files: {e}")))
         })?;
@@ -94,7 +100,11 @@ impl OfflineTable {
 
     /// Starts writing a checkpoint (and dropping log files older than the table's log
     /// retention) in the background when `version` completes an interval; a commit never waits
-    /// for it. Only one runs at a time.
+    /// for it. Only one runs at a time. The checkpoint is made from a snapshot loaded afresh
+    /// (the previous checkpoint plus at most an interval of commits), and once it is written
+    /// the sink's own snapshot is reloaded onto it before the next commit: snapshots that only
+    /// ever grow by their own commits would keep every commit since start-up in their segment,
+    /// and each checkpoint would read them all.
     fn checkpoint_if_due(&mut self, version: u64) {
         if !(version + 1).is_multiple_of(self.checkpoint_interval) {
             return;
@@ -106,10 +116,11 @@ impl OfflineTable {
         {
             return;
         }
-        let (engine, snapshot, log_store) =
-            (self.engine.clone(), self.snapshot.clone(), self.log_store());
+        let (engine, log_store) = (self.engine.clone(), self.log_store());
+        let url = self.location.url.to_string();
+        let reload = self.reload.clone();
         let retention_ms = i64::try_from(
-            snapshot
+            self.snapshot
                 .table_properties()
                 .log_retention_duration
                 .unwrap_or(std::time::Duration::from_secs(30 * 86_400))
@@ -119,11 +130,15 @@ impl OfflineTable {
         self.checkpoints = Some(tokio::spawn(async move {
             let started = std::time::Instant::now();
             let written = blocking("writing a checkpoint", move || {
+                let snapshot = delta_kernel::Snapshot::builder_for(url)
+                    .at_version(version)
+                    .build(engine.as_ref())?;
                 snapshot.checkpoint(engine.as_ref(), None).map(|_| ())
             })
             .await;
             match written {
                 Ok(()) => {
+                    reload.store(true, std::sync::atomic::Ordering::SeqCst);
                     tracing::info!(
                         version,
                         seconds = started.elapsed().as_secs_f64(),

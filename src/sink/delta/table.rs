@@ -87,6 +87,8 @@ pub struct OfflineTable {
     pub(crate) positions: CommittedPositions,
     pub(crate) checkpoint_interval: u64,
     pub(crate) checkpoints: Option<JoinHandle<()>>,
+    /// Set when a checkpoint was written: the next commit first reloads the snapshot onto it.
+    pub(crate) reload: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl OfflineTable {
@@ -154,6 +156,7 @@ impl OfflineTable {
             positions: CommittedPositions::default(),
             checkpoint_interval,
             checkpoints: None,
+            reload: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
@@ -216,6 +219,21 @@ impl OfflineTable {
         }
         self.snapshot = newest;
         Ok(after.saturating_sub(before))
+    }
+
+    /// Loads the newest snapshot afresh (from the newest checkpoint), applying the position
+    /// changes of commits since the current one.
+    pub(crate) async fn reload_snapshot(&mut self) -> Result<(), TableError> {
+        let before = self.version();
+        let fresh = load_snapshot(&self.location).await?;
+        let after = fresh.version();
+        if after > before {
+            self.replay(before + 1, after).await?;
+        }
+        if after >= before {
+            self.snapshot = fresh;
+        }
+        Ok(())
     }
 
     /// Applies the `txn` actions of commits `from..=to` to the known positions.
