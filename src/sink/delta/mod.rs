@@ -117,9 +117,24 @@ impl TableSpec {
             &self.desired,
             &layout::partition_columns(self.granularity),
             self.checkpoint_interval,
+            &self.stats_columns(),
             upgrading,
         )
         .await
+    }
+
+    /// The columns whose statistics the table keeps: the entity keys and the event time (the
+    /// first columns, in that order) and the publish time.
+    fn stats_columns(&self) -> Vec<String> {
+        let mut columns: Vec<String> = Vec::new();
+        for field in self.desired.fields() {
+            columns.push(field.name().clone());
+            if field.name() == &self.event_time {
+                break;
+            }
+        }
+        columns.push(PUBLISH_TIME_COLUMN.to_string());
+        columns
     }
 
     /// How rows map onto a table whose schema is `table`.

@@ -48,6 +48,7 @@ pub(crate) async fn create(
     desired: &Schema,
     partition_columns: &[String],
     checkpoint_interval: u64,
+    stats_columns: &[String],
 ) -> Result<Opened, TableError> {
     let columns = types::kernel_schema(desired)
         .map_err(|e| TableError::Refused(e.to_string()))?
@@ -63,6 +64,13 @@ pub(crate) async fn create(
         .with_configuration_property(
             TableProperty::CheckpointInterval,
             Some(checkpoint_interval.to_string()),
+        )
+        // Statistics (kept per file in the log and in every checkpoint) for the columns that
+        // prune reads: entity keys and the two times. Statistics of every feature column would
+        // make the log several times larger, and start-up and checkpoints slower with it.
+        .with_configuration_property(
+            TableProperty::DataSkippingStatsColumns,
+            Some(stats_columns.join(",")),
         )
         .with_save_mode(SaveMode::ErrorIfExists)
         .await;

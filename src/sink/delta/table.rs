@@ -103,6 +103,7 @@ impl OfflineTable {
         desired: &Schema,
         partition_columns: &[String],
         checkpoint_interval: u64,
+        stats_columns: &[String],
         upgrading: bool,
     ) -> Result<(Self, Opened), TableError> {
         let (snapshot, opened) = match load_snapshot(&location).await {
@@ -123,6 +124,7 @@ impl OfflineTable {
                     desired,
                     partition_columns,
                     checkpoint_interval,
+                    stats_columns,
                 )
                 .await?;
                 (load_snapshot(&location).await?, opened)
