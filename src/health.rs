@@ -1,15 +1,12 @@
 //! Readiness: `/readyz` answers 200 only when every lane is subscribed and every service a
-//! pipeline writes to answers now (Redis `PING`, an object-store listing).
+//! pipeline writes to answers now. Each sink brings its own [`Probe`] (Redis `PING`, an
+//! object-store listing); this module only runs them.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use object_store::ObjectStore;
-
-use crate::sink::redis::RedisClient;
 
 /// One dependency `/readyz` checks.
 #[async_trait]
@@ -99,53 +96,33 @@ impl Health {
     }
 }
 
-/// Redis answers `PING` (every node of a cluster is reached through the client).
-pub struct RedisProbe {
-    /// The client the online sinks use.
-    pub client: RedisClient,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[async_trait]
-impl Probe for RedisProbe {
-    fn name(&self) -> String {
-        "redis".into()
-    }
+    struct Down;
 
-    async fn check(&self) -> Result<(), String> {
-        let mut connection = self.client.connect().await.map_err(|e| e.to_string())?;
-        connection
-            .query_all::<String>(vec![redis::cmd("PING")])
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-}
-
-/// An object store answers a listing of the pipeline's folder.
-pub struct ObjectStoreProbe {
-    /// Pipeline whose offline store this is.
-    pub pipeline: String,
-    /// The store rooted at the pipeline's table folder.
-    pub store: Arc<dyn ObjectStore>,
-}
-
-#[async_trait]
-impl Probe for ObjectStoreProbe {
-    fn name(&self) -> String {
-        format!("offline store of `{}`", self.pipeline)
-    }
-
-    /// Lists the table's log after every key it can hold (`zzzz` sorts after the commits,
-    /// checkpoints and `_last_checkpoint`; a `~` would be percent-encoded and sort first):
-    /// one request that fails when the store or bucket is unreachable and returns nothing when
-    /// it is fine, whatever the table's size.
-    async fn check(&self) -> Result<(), String> {
-        let log = object_store::path::Path::from("_delta_log");
-        let after = object_store::path::Path::from("_delta_log/zzzz");
-        let mut listing = self.store.list_with_offset(Some(&log), &after);
-        match listing.next().await {
-            Some(Err(e)) => Err(e.to_string()),
-            _ => Ok(()),
+    #[async_trait]
+    impl Probe for Down {
+        fn name(&self) -> String {
+            "store".into()
         }
+        async fn check(&self) -> Result<(), String> {
+            Err("refused".into())
+        }
+    }
+
+    #[tokio::test]
+    async fn ready_only_when_every_lane_runs_and_every_probe_answers() {
+        let health = Health::default();
+        assert!(!health.lanes_ready(), "no lane count announced yet");
+        health.expect_lanes(1);
+        assert!(!health.lanes_ready());
+        health.lane_started();
+        assert!(health.problems().await.is_empty());
+        health.add_probe(Arc::new(Down));
+        assert_eq!(health.problems().await, vec!["store: refused".to_string()]);
+        health.lane_stopped();
+        assert_eq!(health.problems().await.len(), 2);
     }
 }

@@ -16,3 +16,4 @@ pub mod sample;
 pub mod schema;
 pub mod sink;
 pub mod source;
+pub mod yaml;

@@ -85,8 +85,6 @@ pub struct Metrics {
     pub freshness_event_time_seconds: Family<LaneLabels, Histogram>,
     /// Broker publish time → value acknowledged by the online store.
     pub freshness_publish_time_seconds: Family<LaneLabels, Histogram>,
-    /// Lanes and dependencies `/readyz` reports on.
-    pub health: crate::health::Health,
 }
 
 impl Default for Metrics {
@@ -247,7 +245,6 @@ impl Metrics {
             offline_rows_skipped,
             offline_table_version,
             offline_store_requests,
-            health: crate::health::Health::default(),
         }
     }
 
@@ -258,26 +255,6 @@ impl Metrics {
             out.clear();
         }
         out
-    }
-
-    /// How many lanes the runtime is about to start.
-    pub fn expect_lanes(&self, count: usize) {
-        self.health.expect_lanes(count);
-    }
-
-    /// A lane is subscribed and consuming.
-    pub fn lane_started(&self) {
-        self.health.lane_started();
-    }
-
-    /// A lane stopped.
-    pub fn lane_stopped(&self) {
-        self.health.lane_stopped();
-    }
-
-    /// Whether every lane is subscribed and running (dependencies aside).
-    pub fn ready(&self) -> bool {
-        self.health.lanes_ready()
     }
 }
 
@@ -308,9 +285,5 @@ mod tests {
             text.contains("# TYPE feature_connector_sink_write_seconds histogram"),
             "{text}"
         );
-        assert!(!metrics.ready());
-        metrics.expect_lanes(1);
-        metrics.lane_started();
-        assert!(metrics.ready());
     }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
+use crate::config::PipelineConfig;
 use crate::sink::redis::OnlineReader;
 
 /// Options of `get`.
@@ -45,7 +46,11 @@ pub async fn get(args: GetArgs) -> ExitCode {
         }
         entities.push(entity);
     }
-    let reader = match OnlineReader::connect(&service.redis, &pipelines).await {
+    let reader = match OnlineReader::connect(
+        &service.redis,
+        pipelines.iter().filter_map(PipelineConfig::online_view),
+    )
+    .await {
         Ok(reader) => reader,
         Err(e) => {
             eprintln!("error: {e}");

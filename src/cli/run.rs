@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
+use crate::config::PipelineConfig;
 
 /// Runs all pipelines until SIGTERM/SIGINT, then drains within the shutdown deadline.
 pub async fn run(args: ConfigArgs) -> ExitCode {
@@ -20,11 +21,16 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
     let deadline = service.shutdown_timeout;
     let signals = tokio::spawn(wait_for_signal(cancel.clone()));
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    let health = Arc::new(crate::health::Health::default());
     let http = if service.http.bind.is_empty() {
         None
     } else {
         let reader = if pipelines.iter().any(|p| p.online.is_some()) {
-            match crate::sink::redis::OnlineReader::connect(&service.redis, &pipelines).await {
+            match crate::sink::redis::OnlineReader::connect(
+                &service.redis,
+                pipelines.iter().filter_map(PipelineConfig::online_view),
+            )
+            .await {
                 Ok(reader) => Some(Arc::new(reader)),
                 Err(e) => {
                     tracing::warn!(error = %e, "online reads disabled: Redis not reachable at start");
@@ -36,6 +42,7 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
         };
         let state = crate::http::AppState {
             metrics: metrics.clone(),
+            health: health.clone(),
             reader,
         };
         match crate::http::serve(&service.http.bind, state, cancel.clone()).await {
@@ -47,7 +54,14 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
         }
     };
     tracing::info!(pipelines = pipelines.len(), "starting");
-    let runtime = crate::pipeline::run(&service, &pipelines, args.root(), metrics, cancel.clone());
+    let runtime = crate::pipeline::run(
+        &service,
+        &pipelines,
+        args.root(),
+        metrics,
+        health,
+        cancel.clone(),
+    );
     tokio::pin!(runtime);
     let outcome = tokio::select! {
         outcome = &mut runtime => outcome,

@@ -9,7 +9,7 @@ use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Sp
 use crate::record::RowLayout;
 use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
 use crate::sink::delta::OfflineSinkConfig;
-use crate::sink::redis::{feast_supports, LayoutKind, OnlineSinkConfig};
+use crate::sink::redis::{feast_supports, LayoutKind, OnlineSinkConfig, OnlineView};
 use crate::source::pulsar::PulsarSourceConfig;
 
 /// A pipeline file as written.
@@ -112,6 +112,19 @@ impl PipelineConfig {
             event_time: self.event_time.clone(),
             features: self.features.clone(),
         }
+    }
+
+    /// How readers see this pipeline's online features; `None` without an online sink.
+    pub fn online_view(&self) -> Option<OnlineView> {
+        let online = self.online.as_ref()?;
+        let types = crate::schema::arrow_schema_of_reader(&self.schema).unwrap_or_default();
+        Some(OnlineView::new(
+            &self.name,
+            online,
+            &self.entity_keys,
+            &self.features,
+            &types,
+        ))
     }
 
     /// What a payload decoder for this pipeline needs.

@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::sink::redis::{OnlineReader, QueryError};
 
@@ -21,6 +22,8 @@ use crate::sink::redis::{OnlineReader, QueryError};
 pub struct AppState {
     /// Process metrics.
     pub metrics: Arc<Metrics>,
+    /// Lanes and dependencies `/readyz` reports on.
+    pub health: Arc<Health>,
     /// Online feature reads; `None` when no pipeline has an online sink.
     pub reader: Option<Arc<OnlineReader>>,
 }
@@ -69,7 +72,7 @@ pub async fn serve(
 
 /// 200 `ready` or 503 with one line per problem (a lane not subscribed, a store down).
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let problems = state.metrics.health.problems().await;
+    let problems = state.health.problems().await;
     if problems.is_empty() {
         (StatusCode::OK, "ready\n".to_string())
     } else {

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::dead_letter::DeadLetter;
+use crate::health::Health;
 use crate::metrics::{DeadLetterLabels, LaneLabels, Metrics};
 use crate::record::{event_time_millis, RowBatch};
 use crate::retry::Backoff;
@@ -65,6 +66,8 @@ pub struct Lane {
     pub cancel: CancellationToken,
     /// Where counts go.
     pub metrics: Arc<Metrics>,
+    /// Where the lane reports that it is subscribed (for `/readyz`).
+    pub health: Arc<Health>,
 }
 
 impl Lane {
@@ -75,9 +78,9 @@ impl Lane {
             let result = match self.sink.start().await {
                 Ok(()) => {
                     tracing::info!("lane started");
-                    self.metrics.lane_started();
+                    self.health.lane_started();
                     let result = self.consume().await;
-                    self.metrics.lane_stopped();
+                    self.health.lane_stopped();
                     result
                 }
                 Err(SinkError::Cancelled(_)) => Ok(()),

@@ -22,11 +22,11 @@ pub use dead_letter::DeadLetter;
 pub use lane::{Lane, LaneError};
 
 use crate::config::{PipelineConfig, ServiceConfig};
-use crate::health::{ObjectStoreProbe, RedisProbe};
+use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
-use crate::sink::delta::{DeltaSink, OfflineStore, TableError, TableSpec};
-use crate::sink::redis::{RedisClient, RedisSink};
+use crate::sink::delta::{DeltaSink, ObjectStoreProbe, OfflineStore, TableError, TableSpec};
+use crate::sink::redis::{RedisClient, RedisProbe, RedisSink};
 use crate::sink::Sink;
 use crate::source::pulsar::{PulsarSource, SubscriptionKind};
 use crate::source::{AckMode, SourceError};
@@ -69,6 +69,7 @@ pub async fn run(
     pipelines: &[PipelineConfig],
     root: &Path,
     metrics: Arc<Metrics>,
+    health: Arc<Health>,
     cancel: CancellationToken,
 ) -> Result<(), RuntimeError> {
     let http = service
@@ -84,14 +85,14 @@ pub async fn run(
             pipeline: "*".into(),
             message,
         })?;
-        metrics.health.add_probe(Arc::new(RedisProbe { client }));
+        health.add_probe(Arc::new(RedisProbe { client }));
     }
     let mut lanes = Vec::new();
     for pipeline in pipelines {
         lanes
-            .extend(build_lanes(service, pipeline, root, &pulsar, &http, &metrics, &cancel).await?);
+            .extend(build_lanes(service, pipeline, root, &pulsar, &http, &metrics, &health, &cancel).await?);
     }
-    metrics.expect_lanes(lanes.len());
+    health.expect_lanes(lanes.len());
     let watched = pipelines.iter().flat_map(watched_subscriptions).collect();
     let backlogs = tokio::spawn(watch_backlogs(
         pulsar.clone(),
@@ -149,6 +150,7 @@ async fn build_lanes(
     pulsar: &Pulsar<TokioExecutor>,
     http: &reqwest::Client,
     metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
     cancel: &CancellationToken,
 ) -> Result<Vec<Lane>, RuntimeError> {
     let setup = |message: String| RuntimeError::Setup {
@@ -193,6 +195,7 @@ async fn build_lanes(
             linger: source.max_batch_wait,
             cancel: cancel.clone(),
             metrics: metrics.clone(),
+            health: health.clone(),
         })
     };
 
@@ -234,7 +237,7 @@ async fn build_lanes(
         )
         .map_err(|e| setup(format!("offline table: {e}")))?;
         let table = open_table_at_start(&spec).await.map_err(setup)?;
-        metrics.health.add_probe(Arc::new(ObjectStoreProbe {
+        health.add_probe(Arc::new(ObjectStoreProbe {
             pipeline: pipeline.name.clone(),
             store: spec.location.store.clone(),
         }));

@@ -201,12 +201,6 @@ impl SchemaRegistry {
     }
 }
 
-/// Pulsar puts the schema version in message metadata as an 8-byte big-endian number.
-pub fn decode_schema_version(bytes: &[u8]) -> Option<i64> {
-    let array: [u8; 8] = bytes.try_into().ok()?;
-    Some(i64::from_be_bytes(array))
-}
-
 /// `persistent://t/ns/topic-partition-3` → `t/ns/topic`.
 fn schema_path(topic: &str) -> Result<String, RegistryError> {
     let rest = topic
@@ -241,11 +235,5 @@ mod tests {
             "public/default/f"
         );
         assert!(schema_path("public/default/f").is_err());
-    }
-
-    #[test]
-    fn schema_version_is_big_endian() {
-        assert_eq!(decode_schema_version(&[0, 0, 0, 0, 0, 0, 1, 2]), Some(258));
-        assert_eq!(decode_schema_version(&[1]), None);
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{issue_at, ConfigIssue, Spanned};
+use crate::yaml::{issue_at, ConfigIssue, Spanned};
 
 /// Defaults for the object store (service file, `offline:`).
 #[derive(Debug, Clone, Deserialize)]

@@ -77,7 +77,7 @@ impl OfflineStore {
     ) -> Result<Self, StoreError> {
         check_store_url(url).map_err(StoreError::BadUrl)?;
         if let Some(path) = url.strip_prefix("file://") {
-            let dir = crate::config::resolve_path(root, path);
+            let dir = crate::yaml::resolve_path(root, path);
             std::fs::create_dir_all(&dir).map_err(|source| StoreError::LocalDir {
                 path: dir.display().to_string(),
                 source,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::connection::RedisMode;
-use crate::config::ConfigIssue;
+use crate::yaml::ConfigIssue;
 
 /// Where Redis is (service file).
 #[derive(Debug, Clone, Deserialize)]

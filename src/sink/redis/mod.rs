@@ -5,6 +5,7 @@ mod config;
 mod connection;
 mod feast;
 mod layout;
+mod probe;
 mod reader;
 mod writer;
 
@@ -12,5 +13,6 @@ pub use config::{LayoutKind, OnlineSinkConfig, RedisServiceConfig};
 pub use connection::{RedisClient, RedisConnection, RedisMode};
 pub use feast::supported as feast_supports;
 pub use layout::{entity_key, Layout, NativeLayout, EVENT_TIME_FIELD};
-pub use reader::{OnlineReader, QueryError};
+pub use probe::RedisProbe;
+pub use reader::{OnlineReader, OnlineView, QueryError};
 pub use writer::RedisSink;

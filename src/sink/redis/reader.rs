@@ -9,7 +9,6 @@ use serde_json::{json, Map, Value};
 use super::feast;
 use super::layout::{entity_key, EVENT_TIME_FIELD};
 use super::{LayoutKind, RedisClient, RedisConnection, RedisServiceConfig};
-use crate::config::PipelineConfig;
 
 /// A query that cannot be answered.
 #[derive(Debug, thiserror::Error)]
@@ -58,61 +57,77 @@ impl QueryError {
     }
 }
 
-struct View {
-    prefix: String,
-    keys: Vec<(String, DataType)>,
-    features: Vec<(String, DataType)>,
-    layout: LayoutKind,
-    project: String,
+/// One pipeline's online features as readers see them.
+#[derive(Debug, Clone)]
+pub struct OnlineView {
+    /// The view's name (the pipeline's).
+    pub name: String,
+    /// Key prefix of the native layout.
+    pub prefix: String,
+    /// Join keys with their Arrow types, in key order.
+    pub keys: Vec<(String, DataType)>,
+    /// Features with their Arrow types.
+    pub features: Vec<(String, DataType)>,
+    /// How the values are laid out in Redis.
+    pub layout: LayoutKind,
+    /// Feast project of the Feast layout.
+    pub project: String,
+}
+
+impl OnlineView {
+    /// The view of pipeline `name` written by the sink `online`; `types` gives each column's
+    /// Arrow type (a column not in it reads as a string).
+    pub fn new(
+        name: &str,
+        online: &super::OnlineSinkConfig,
+        keys: &[String],
+        features: &[String],
+        types: &[(String, DataType)],
+    ) -> Self {
+        let typed = |names: &[String]| -> Vec<(String, DataType)> {
+            names
+                .iter()
+                .map(|f| {
+                    let data_type = types
+                        .iter()
+                        .find(|(name, _)| name == f)
+                        .map_or(DataType::Utf8, |(_, t)| t.clone());
+                    (f.clone(), data_type)
+                })
+                .collect()
+        };
+        Self {
+            name: name.to_string(),
+            prefix: online.key_prefix.clone(),
+            keys: typed(keys),
+            features: typed(features),
+            layout: online.layout,
+            project: online
+                .feast_project
+                .clone()
+                .unwrap_or_else(|| name.to_string()),
+        }
+    }
 }
 
 /// Reads feature values of online pipelines in the native layout, typed as JSON.
 pub struct OnlineReader {
     connection: RedisConnection,
-    views: HashMap<String, View>,
+    views: HashMap<String, OnlineView>,
 }
 
 impl OnlineReader {
-    /// Connects to `redis_url`; knows every pipeline with an online sink.
+    /// Connects to Redis; answers for the `views` given.
     pub async fn connect(
         service: &RedisServiceConfig,
-        pipelines: &[PipelineConfig],
+        views: impl IntoIterator<Item = OnlineView>,
     ) -> Result<Self, QueryError> {
         let client = RedisClient::open(service).map_err(QueryError::Setup)?;
         let connection = client.connect().await?;
-        let mut views = HashMap::new();
-        for pipeline in pipelines {
-            let Some(online) = &pipeline.online else {
-                continue;
-            };
-            let arrow = crate::schema::arrow_schema_of_reader(&pipeline.schema).unwrap_or_default();
-            let typed = |names: &[String]| -> Vec<(String, DataType)> {
-                names
-                    .iter()
-                    .map(|f| {
-                        let data_type = arrow
-                            .iter()
-                            .find(|(name, _)| name == f)
-                            .map_or(DataType::Utf8, |(_, t)| t.clone());
-                        (f.clone(), data_type)
-                    })
-                    .collect()
-            };
-            let features = typed(&pipeline.features);
-            views.insert(
-                pipeline.name.clone(),
-                View {
-                    prefix: online.key_prefix.clone(),
-                    keys: typed(&pipeline.entity_keys),
-                    features,
-                    layout: online.layout,
-                    project: online
-                        .feast_project
-                        .clone()
-                        .unwrap_or_else(|| pipeline.name.clone()),
-                },
-            );
-        }
+        let views = views
+            .into_iter()
+            .map(|view| (view.name.clone(), view))
+            .collect();
         Ok(Self { connection, views })
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{issue_at, ConfigIssue, Spanned};
+use crate::yaml::{issue_at, ConfigIssue, Spanned};
 
 /// Where the Pulsar cluster is and how to log in (service file).
 #[derive(Clone, Deserialize)]

@@ -87,6 +87,12 @@ impl MessagePosition {
     }
 }
 
+/// Pulsar puts the schema version in message metadata as an 8-byte big-endian number.
+fn decode_schema_version(bytes: &[u8]) -> Option<i64> {
+    let array: [u8; 8] = bytes.try_into().ok()?;
+    Some(i64::from_be_bytes(array))
+}
+
 /// The topic partitions a source consumes right now: each named topic's partitions (the
 /// topic itself when not partitioned), then the namespace's topics matching the pattern.
 pub async fn resolve_partitions(
@@ -295,7 +301,7 @@ impl PulsarSource {
             schema_version: metadata
                 .schema_version
                 .as_deref()
-                .and_then(crate::schema::decode_schema_version),
+                .and_then(decode_schema_version),
             key: metadata.partition_key,
             publish_time_ms: metadata.publish_time,
             properties: metadata
@@ -401,5 +407,16 @@ impl Source for PulsarSource {
             }
         }
         tracing::debug!(dropped, "consumer did not close in time; dropping it");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_schema_version;
+
+    #[test]
+    fn schema_version_is_big_endian() {
+        assert_eq!(decode_schema_version(&[0, 0, 0, 0, 0, 0, 1, 2]), Some(258));
+        assert_eq!(decode_schema_version(&[1]), None);
     }
 }
