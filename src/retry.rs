@@ -1,6 +1,15 @@
-//! Exponential backoff with jitter for retrying a down service.
+//! Retrying a down service: exponential backoff with jitter, and a wait that shutdown
+//! interrupts. Every retry loop of the process goes through [`Backoff::wait`].
 
+use std::fmt::Display;
 use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+/// Shutdown was requested while waiting to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("shutdown while waiting to retry")]
+pub struct Cancelled;
 
 /// Delays of 100 ms doubling up to 5 s, each with up to 25 % jitter so that replicas do not
 /// retry in lock-step.
@@ -40,6 +49,23 @@ impl Backoff {
         base + Duration::from_millis(if jitter_ms == 0 { 0 } else { nanos % jitter_ms })
     }
 
+    /// Logs that `what` failed with `error` (a warning: the operator should know a service is
+    /// down), then waits the next delay. `Err(Cancelled)` as soon as `cancel` fires.
+    pub async fn wait(
+        &mut self,
+        cancel: &CancellationToken,
+        what: &str,
+        error: &(dyn Display + Sync),
+    ) -> Result<(), Cancelled> {
+        let delay = self.next_delay();
+        tracing::warn!(error = %error, retry_in = ?delay, attempt = self.attempts, "{what}; retrying");
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => Err(Cancelled),
+            () = tokio::time::sleep(delay) => Ok(()),
+        }
+    }
+
     /// Attempts made so far.
     pub fn attempts(&self) -> u32 {
         self.attempts
@@ -58,5 +84,26 @@ mod tests {
         assert!(delays[1] >= Duration::from_millis(200) && delays[1] < Duration::from_millis(251));
         assert!(delays[3] >= Duration::from_millis(400) && delays[3] < Duration::from_millis(501));
         assert_eq!(backoff.attempts(), 4);
+    }
+
+    #[tokio::test]
+    async fn wait_ends_when_cancelled() {
+        let cancel = CancellationToken::new();
+        let mut backoff = Backoff::new(Duration::from_secs(60), Duration::from_secs(60));
+        cancel.cancel();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(1),
+            backoff.wait(&cancel, "test", &"down"),
+        )
+        .await;
+        assert_eq!(waited, Ok(Err(Cancelled)));
+    }
+
+    #[tokio::test]
+    async fn wait_returns_after_the_delay() {
+        let cancel = CancellationToken::new();
+        let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(1));
+        assert_eq!(backoff.wait(&cancel, "test", &"down").await, Ok(()));
+        assert_eq!(backoff.attempts(), 1);
     }
 }

@@ -50,7 +50,8 @@ pub async fn get(args: GetArgs) -> ExitCode {
         &service.redis,
         pipelines.iter().filter_map(PipelineConfig::online_view),
     )
-    .await {
+    .await
+    {
         Ok(reader) => reader,
         Err(e) => {
             eprintln!("error: {e}");

@@ -30,7 +30,8 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
                 &service.redis,
                 pipelines.iter().filter_map(PipelineConfig::online_view),
             )
-            .await {
+            .await
+            {
                 Ok(reader) => Some(Arc::new(reader)),
                 Err(e) => {
                     tracing::warn!(error = %e, "online reads disabled: Redis not reachable at start");

@@ -52,14 +52,10 @@ impl DeadLetter {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     self.producer = None;
-                    let wait = backoff.next_delay();
-                    tracing::warn!(topic = %self.topic, error = %e, retry_in = ?wait, "dead-letter publish failed; retrying");
-                    tokio::select! {
-                        () = self.cancel.cancelled() => {
-                            return Err(SinkError::Cancelled("the dead-letter topic was unreachable".into()));
-                        }
-                        () = tokio::time::sleep(wait) => {}
-                    }
+                    let what = format!("dead-letter publish to {} failed", self.topic);
+                    backoff.wait(&self.cancel, &what, &e).await.map_err(|_| {
+                        SinkError::Cancelled("the dead-letter topic was unreachable".into())
+                    })?;
                 }
             }
         }

@@ -155,11 +155,12 @@ impl Lane {
             match self.decoder.decode(&messages).await {
                 Ok(decoded) => break decoded,
                 Err(e) => {
-                    let wait = backoff.next_delay();
-                    tracing::warn!(error = %e, retry_in = ?wait, "cannot decode batch yet; retrying");
-                    tokio::select! {
-                        () = self.cancel.cancelled() => return Ok(None),
-                        () = tokio::time::sleep(wait) => {}
+                    if backoff
+                        .wait(&self.cancel, "cannot decode batch yet", &e)
+                        .await
+                        .is_err()
+                    {
+                        return Ok(None);
                     }
                 }
             }

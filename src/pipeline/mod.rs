@@ -89,8 +89,12 @@ pub async fn run(
     }
     let mut lanes = Vec::new();
     for pipeline in pipelines {
-        lanes
-            .extend(build_lanes(service, pipeline, root, &pulsar, &http, &metrics, &health, &cancel).await?);
+        lanes.extend(
+            build_lanes(
+                service, pipeline, root, &pulsar, &http, &metrics, &health, &cancel,
+            )
+            .await?,
+        );
     }
     health.expect_lanes(lanes.len());
     let watched = pipelines.iter().flat_map(watched_subscriptions).collect();
@@ -215,6 +219,7 @@ async fn build_lanes(
             format!("{}-online", source.subscription.value),
             source.subscription_type,
             AckMode::Individual,
+            cancel.clone(),
         )
         .await?;
         lanes.push(lane(Box::new(sink), subscription, true)?);
@@ -255,6 +260,7 @@ async fn build_lanes(
             format!("{}-offline", source.subscription.value),
             kind,
             AckMode::Cumulative,
+            cancel.clone(),
         )
         .await?;
         lanes.push(lane(

@@ -89,13 +89,14 @@ impl DeltaSink {
         what: &str,
         error: &(dyn std::fmt::Display + Sync),
     ) -> Result<(), SinkError> {
-        let error = error.to_string();
-        let wait = backoff.next_delay();
-        tracing::warn!(error = %error, retry_in = ?wait, "{what}; nothing acknowledged, retrying");
-        tokio::select! {
-            () = self.cancel.cancelled() => Err(SinkError::Cancelled(format!("{what}: {error}"))),
-            () = tokio::time::sleep(wait) => Ok(()),
-        }
+        backoff
+            .wait(
+                &self.cancel,
+                &format!("{what}; nothing acknowledged"),
+                error,
+            )
+            .await
+            .map_err(|_| SinkError::Cancelled(format!("{what}: {error}")))
     }
 
     /// Opens the table (retrying while the store does not answer) and derives the layout.

@@ -83,14 +83,14 @@ impl Writer {
                 Ok(()) => break,
                 Err(e) => {
                     self.connection = None;
-                    let wait = backoff.next_delay();
-                    tracing::warn!(error = %e, entities = calls.len(), retry_in = ?wait, attempt = backoff.attempts(), "Redis write failed; nothing acknowledged, retrying");
-                    tokio::select! {
-                        () = self.cancel.cancelled() => {
-                            return Err(SinkError::Cancelled("Redis was unreachable".into()));
-                        }
-                        () = tokio::time::sleep(wait) => {}
-                    }
+                    let what = format!(
+                        "Redis write of {} entities failed; nothing acknowledged",
+                        calls.len()
+                    );
+                    backoff
+                        .wait(&self.cancel, &what, &e)
+                        .await
+                        .map_err(|_| SinkError::Cancelled("Redis was unreachable".into()))?;
                 }
             }
         }

@@ -16,7 +16,8 @@ pub use acks::{acks_for, AckTarget};
 pub use config::{PulsarServiceConfig, PulsarSourceConfig, StartPosition, SubscriptionKind};
 
 use super::{AckMode, Source, SourceMessage};
-use crate::retry::Backoff;
+use crate::retry::{Backoff, Cancelled};
+use tokio_util::sync::CancellationToken;
 
 /// Errors of the Pulsar source, with the topic and subscription they concern.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +137,7 @@ pub struct PulsarSource {
     receiver_queue_size: u32,
     ack_mode: AckMode,
     consumer: Option<Consumer<Vec<u8>, TokioExecutor>>,
+    cancel: CancellationToken,
 }
 
 impl PulsarSource {
@@ -146,6 +148,7 @@ impl PulsarSource {
         subscription: String,
         sub_type: SubscriptionKind,
         ack_mode: AckMode,
+        cancel: CancellationToken,
     ) -> Result<Self, SourceError> {
         let pattern = match (config.pattern_regex(), config.pattern_namespace()) {
             (Some(Ok(regex)), Some(namespace)) => Some((regex, namespace)),
@@ -178,6 +181,7 @@ impl PulsarSource {
             receiver_queue_size: config.receiver_queue_size,
             ack_mode,
             consumer: None,
+            cancel,
         };
         source.consumer = Some(source.build_consumer().await?);
         Ok(source)
@@ -268,7 +272,8 @@ impl PulsarSource {
     }
 
     /// pulsar-rs consumers do not rebuild themselves once their stream fails or ends.
-    async fn rebuild(&mut self) {
+    /// `Err` when shutdown came first.
+    async fn rebuild(&mut self) -> Result<(), Cancelled> {
         self.consumer = None;
         let mut backoff = Backoff::default();
         loop {
@@ -276,12 +281,12 @@ impl PulsarSource {
                 Ok(consumer) => {
                     tracing::info!(topic = %self.topic, subscription = %self.subscription, "consumer rebuilt");
                     self.consumer = Some(consumer);
-                    return;
+                    return Ok(());
                 }
                 Err(e) => {
-                    let wait = backoff.next_delay();
-                    tracing::warn!(error = %e, retry_in = ?wait, "cannot rebuild consumer");
-                    tokio::time::sleep(wait).await;
+                    backoff
+                        .wait(&self.cancel, "cannot rebuild consumer", &e)
+                        .await?
                 }
             }
         }
@@ -330,8 +335,8 @@ impl Source for PulsarSource {
         let mut batch = Vec::new();
         let mut deadline: Option<tokio::time::Instant> = None;
         while batch.len() < max {
-            if self.consumer.is_none() {
-                self.rebuild().await;
+            if self.consumer.is_none() && self.rebuild().await.is_err() {
+                break;
             }
             let Some(consumer) = self.consumer.as_mut() else {
                 continue;
