@@ -23,8 +23,8 @@ pub struct StoreRequestLabels {
 pub struct LaneLabels {
     /// Pipeline name.
     pub pipeline: String,
-    /// Sink kind (`online`, `offline`).
-    pub sink: &'static str,
+    /// Sink kind (`online`, `offline`), or the kinds a lane feeds joined by `+`.
+    pub sink: String,
 }
 
 /// Labels of dead-letter counts.
@@ -267,7 +267,7 @@ mod tests {
         let metrics = Metrics::new();
         let labels = LaneLabels {
             pipeline: "p".into(),
-            sink: "online",
+            sink: "online".into(),
         };
         metrics.messages_received.get_or_create(&labels).inc_by(3);
         metrics

@@ -43,7 +43,7 @@ pub async fn watch_backlogs(
                         .subscription_backlog_messages
                         .get_or_create(&LaneLabels {
                             pipeline: lane.pipeline.clone(),
-                            sink: lane.sink,
+                            sink: lane.sink.to_string(),
                         })
                         .set(backlog);
                 }

@@ -1,4 +1,5 @@
-//! A lane: one subscription feeding one sink, acknowledging what the sink made durable.
+//! A lane: one subscription feeding one or more sinks, acknowledging what all of them made
+//! durable.
 
 use std::sync::Arc;
 
@@ -8,19 +9,20 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::ack_gate::AckGate;
 use super::dead_letter::DeadLetter;
 use crate::health::Health;
 use crate::metrics::{DeadLetterLabels, LaneLabels, Metrics};
 use crate::record::{event_time_millis, RowBatch};
 use crate::retry::Backoff;
-use crate::schema::TopicDecoders;
+use crate::schema::{DecodeFailure, TopicDecoders};
 use crate::sink::{Sink, SinkError};
-use crate::source::{MessagePosition, Source, SourceError};
+use crate::source::{MessagePosition, Source, SourceError, SourceMessage};
 
 /// A lane stopped for a reason other than shutdown.
 #[derive(Debug, thiserror::Error)]
 pub enum LaneError {
-    /// The sink cannot go on.
+    /// A sink cannot go on.
     #[error("pipeline `{pipeline}` {sink} sink: {source}")]
     Sink {
         /// Pipeline name.
@@ -28,25 +30,28 @@ pub enum LaneError {
         /// Sink kind.
         sink: &'static str,
         /// Why.
+        #[source]
         source: SinkError,
     },
     /// The source cannot go on.
-    #[error("pipeline `{pipeline}` {sink} lane source: {source}")]
+    #[error("pipeline `{pipeline}` {lane} lane source: {source}")]
     Source {
         /// Pipeline name.
         pipeline: String,
-        /// Sink kind.
-        sink: &'static str,
+        /// The lane's sinks.
+        lane: String,
         /// Why.
+        #[source]
         source: SourceError,
     },
 }
 
-/// How long a lane waits for messages before giving its sink a time-based tick.
+/// How long a lane waits for messages before giving its sinks a time-based tick.
 const IDLE_TICK: Duration = Duration::from_millis(200);
 
-/// Source → decoder → (dead letters) → sink → acknowledgements, one batch at a time; a slow
-/// or down sink therefore pauses consumption of its own subscription only.
+/// Source → decoder → (dead letters) → sinks → acknowledgements, one batch at a time. A
+/// message is acknowledged once every sink of the lane has it durable; a slow or down sink
+/// therefore pauses consumption of this lane's subscription only.
 pub struct Lane {
     /// Pipeline name.
     pub pipeline: String,
@@ -54,8 +59,8 @@ pub struct Lane {
     pub source: Box<dyn Source>,
     /// Payload decoders, one per topic.
     pub decoder: TopicDecoders,
-    /// Where rows go.
-    pub sink: Box<dyn Sink>,
+    /// Where rows go; each gets every batch.
+    pub sinks: Vec<Box<dyn Sink>>,
     /// Publisher for undecodable messages; `None` when another lane of the pipeline owns it.
     pub dead_letter: Option<DeadLetter>,
     /// Most messages per batch.
@@ -70,47 +75,98 @@ pub struct Lane {
     pub health: Arc<Health>,
 }
 
+/// What a lane does while it runs: the lane's parts plus its acknowledgement gate.
+struct Running {
+    lane: Lane,
+    name: String,
+    gate: AckGate,
+}
+
 impl Lane {
-    /// Runs until shutdown, then flushes the sink and acknowledges what it committed.
-    pub async fn run(mut self) -> Result<(), LaneError> {
-        let span = tracing::info_span!("lane", pipeline = %self.pipeline, sink = self.sink.kind());
-        async move {
-            let result = match self.sink.start().await {
-                Ok(()) => {
-                    tracing::info!("lane started");
-                    self.health.lane_started();
-                    let result = self.consume().await;
-                    self.health.lane_stopped();
-                    result
+    /// The lane's name in logs and metrics: its sinks' kinds joined by `+`.
+    pub fn name(&self) -> String {
+        self.sinks
+            .iter()
+            .map(|sink| sink.kind())
+            .collect::<Vec<_>>()
+            .join("+")
+    }
+
+    /// Runs until shutdown, then flushes the sinks and acknowledges what they committed.
+    pub async fn run(self) -> Result<(), LaneError> {
+        let name = self.name();
+        let gate = AckGate::new(self.sinks.len());
+        let span = tracing::info_span!("lane", pipeline = %self.pipeline, sink = %name);
+        let mut running = Running {
+            lane: self,
+            name,
+            gate,
+        };
+        async move { running.run().await }.instrument(span).await
+    }
+}
+
+impl Running {
+    async fn run(&mut self) -> Result<(), LaneError> {
+        let result = match self.start_sinks().await {
+            Ok(true) => {
+                tracing::info!("lane started");
+                self.lane.health.lane_started();
+                let result = self.consume().await;
+                self.lane.health.lane_stopped();
+                result
+            }
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let flushed = self.flush().await;
+        self.lane.source.close().await;
+        tracing::info!("lane stopped");
+        result.and(flushed)
+    }
+
+    /// `Ok(false)` when shutdown came while a sink was still getting ready.
+    async fn start_sinks(&mut self) -> Result<bool, LaneError> {
+        for index in 0..self.lane.sinks.len() {
+            match self.lane.sinks[index].start().await {
+                Ok(()) => {}
+                Err(SinkError::Cancelled(_)) => return Ok(false),
+                Err(source) => return Err(self.sink_error(index, source)),
+            }
+        }
+        Ok(true)
+    }
+
+    async fn flush(&mut self) -> Result<(), LaneError> {
+        let mut first_error = None;
+        for index in 0..self.lane.sinks.len() {
+            match self.lane.sinks[index].flush().await {
+                Ok(durable) => {
+                    if let Err(e) = self.ack(durable).await {
+                        first_error.get_or_insert(e);
+                    }
                 }
-                Err(SinkError::Cancelled(_)) => Ok(()),
-                Err(source) => Err(self.sink_error(source)),
-            };
-            let flushed = match self.sink.flush().await {
-                Ok(durable) => self.ack(&durable).await,
                 Err(SinkError::Cancelled(why)) => {
                     tracing::warn!(%why, "shutdown before the last rows were durable; they will be redelivered");
-                    Ok(())
                 }
-                Err(source) => Err(self.sink_error(source)),
-            };
-            self.source.close().await;
-            tracing::info!("lane stopped");
-            result.and(flushed)
+                Err(source) => {
+                    let e = self.sink_error(index, source);
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        .instrument(span)
-        .await
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn consume(&mut self) -> Result<(), LaneError> {
         loop {
+            let lane = &mut self.lane;
             let messages = tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => return Ok(()),
-                batch = self.source.next_batch(self.max_batch, self.linger, IDLE_TICK) => {
-                    batch.map_err(|source| self.source_error(source))?
-                }
+                () = lane.cancel.cancelled() => return Ok(()),
+                batch = lane.source.next_batch(lane.max_batch, lane.linger, IDLE_TICK) => batch,
             };
+            let messages = messages.map_err(|source| self.source_error(source))?;
             if !messages.is_empty() {
                 if tracing::enabled!(tracing::Level::TRACE) {
                     for message in &messages {
@@ -118,88 +174,67 @@ impl Lane {
                     }
                 }
                 let labels = self.labels();
+                let metrics = &self.lane.metrics;
                 let count = messages.len() as u64;
-                self.metrics
+                metrics
                     .messages_received
                     .get_or_create(&labels)
                     .inc_by(count);
-                self.metrics
+                metrics
                     .batch_messages
                     .get_or_create(&labels)
                     .observe(count as f64);
-                self.metrics
+                metrics
                     .messages_in_flight
                     .get_or_create(&labels)
                     .inc_by(i64::try_from(count).unwrap_or(i64::MAX));
                 let batch_span = tracing::debug_span!("batch", messages = messages.len());
-                let Some(durable) = self.process(messages).instrument(batch_span).await? else {
+                if !self.process(messages).instrument(batch_span).await? {
                     return Ok(());
-                };
-                self.ack(&durable).await?;
+                }
             }
-            match self.sink.tick().await {
-                Ok(durable) => self.ack(&durable).await?,
-                Err(SinkError::Cancelled(_)) => return Ok(()),
-                Err(source) => return Err(self.sink_error(source)),
+            for index in 0..self.lane.sinks.len() {
+                match self.lane.sinks[index].tick().await {
+                    Ok(durable) => self.ack(durable).await?,
+                    Err(SinkError::Cancelled(_)) => return Ok(()),
+                    Err(source) => return Err(self.sink_error(index, source)),
+                }
             }
         }
     }
 
-    /// Decodes, dead-letters and writes one batch; `None` when shutdown interrupted it.
-    async fn process(
-        &mut self,
-        messages: Vec<crate::source::SourceMessage>,
-    ) -> Result<Option<Vec<MessagePosition>>, LaneError> {
+    /// Decodes, dead-letters, writes one batch to every sink and acknowledges what all of
+    /// them have durable; `false` when shutdown interrupted it.
+    async fn process(&mut self, messages: Vec<SourceMessage>) -> Result<bool, LaneError> {
         let mut backoff = Backoff::default();
         let decoded = loop {
-            match self.decoder.decode(&messages).await {
+            match self.lane.decoder.decode(&messages).await {
                 Ok(decoded) => break decoded,
                 Err(e) => {
                     if backoff
-                        .wait(&self.cancel, "cannot decode batch yet", &e)
+                        .wait(&self.lane.cancel, "cannot decode batch yet", &e)
                         .await
                         .is_err()
                     {
-                        return Ok(None);
+                        return Ok(false);
                     }
                 }
             }
         };
-        if !decoded.failures.is_empty() {
-            for failure in &decoded.failures {
-                if let Some(message) = messages.get(failure.index) {
-                    tracing::warn!(message_id = %message.position.display_id(), reason = failure.reason, detail = %failure.detail, "message cannot be decoded");
-                }
-            }
-            if let Some(dead_letter) = self.dead_letter.as_mut() {
-                match dead_letter.publish(&messages, &decoded.failures).await {
-                    Ok(()) => {
-                        for failure in &decoded.failures {
-                            self.metrics
-                                .dead_lettered
-                                .get_or_create(&DeadLetterLabels {
-                                    pipeline: self.pipeline.clone(),
-                                    reason: failure.reason.to_string(),
-                                })
-                                .inc();
-                        }
-                    }
-                    Err(SinkError::Cancelled(_)) => return Ok(None),
-                    Err(source) => return Err(self.sink_error(source)),
-                }
-            }
+        if !decoded.failures.is_empty() && !self.dead_letter(&messages, &decoded.failures).await? {
+            return Ok(false);
         }
         let rows = decoded.rows.num_rows() as u64;
-        self.metrics
+        self.lane
+            .metrics
             .messages_decoded
             .get_or_create(&self.labels())
             .inc_by((messages.len() - decoded.failures.len()) as u64);
-        // Freshness is measured where values become readable: the online store only.
-        let online = self.sink.kind() == "online";
+        let fresh = self.lane.sinks.iter().any(|sink| sink.reports_freshness());
         let event_times: Vec<i64> = decoded
             .rows
-            .column_by_name(self.decoder.event_time())
-            .filter(|_| online)
+            .column_by_name(self.lane.decoder.event_time())
+            .filter(|_| fresh)
             .map(|column| {
                 (0..column.len())
                     .filter_map(|row| event_time_millis(column, row))
@@ -212,94 +247,160 @@ impl Lane {
             positions: messages.into_iter().map(|m| m.position).collect(),
             row_positions: decoded.row_messages,
         };
-        let publish_times = if online {
+        self.gate.received(&batch.positions);
+        let publish_times = if fresh {
             batch.publish_times_ms.clone()
         } else {
             Vec::new()
         };
-        let started = Instant::now();
-        let written = self.sink.write(batch).await;
-        self.metrics
-            .sink_write_seconds
-            .get_or_create(&self.labels())
-            .observe(started.elapsed().as_secs_f64());
-        match written {
-            Ok(durable) => {
-                if online {
-                    self.observe_freshness(&publish_times, &event_times);
+        let mut batches = vec![batch.clone(); self.lane.sinks.len().saturating_sub(1)];
+        batches.push(batch);
+        let writes = self
+            .lane
+            .sinks
+            .iter_mut()
+            .zip(batches)
+            .map(|(sink, batch)| async move {
+                let started = Instant::now();
+                let written = sink.write(batch).await;
+                (written, started.elapsed())
+            });
+        let results = futures::future::join_all(writes).await;
+        let mut interrupted = false;
+        for (index, (written, took)) in results.into_iter().enumerate() {
+            let labels = self.sink_labels(index);
+            let metrics = &self.lane.metrics;
+            metrics
+                .sink_write_seconds
+                .get_or_create(&labels)
+                .observe(took.as_secs_f64());
+            match written {
+                Ok(durable) => {
+                    if self.lane.sinks[index].reports_freshness() {
+                        observe_freshness(metrics, &labels, &publish_times, &event_times);
+                    }
+                    metrics.rows_written.get_or_create(&labels).inc_by(rows);
+                    self.ack(durable).await?;
                 }
-                self.metrics
-                    .rows_written
-                    .get_or_create(&self.labels())
-                    .inc_by(rows);
-                Ok(Some(durable))
+                Err(SinkError::Cancelled(_)) => interrupted = true,
+                Err(source) => return Err(self.sink_error(index, source)),
             }
-            Err(SinkError::Cancelled(_)) => Ok(None),
-            Err(source) => Err(self.sink_error(source)),
+        }
+        Ok(!interrupted)
+    }
+
+    /// Publishes the undecodable messages to the dead-letter topic (when this lane owns it);
+    /// `false` when shutdown interrupted it.
+    async fn dead_letter(
+        &mut self,
+        messages: &[SourceMessage],
+        failures: &[DecodeFailure],
+    ) -> Result<bool, LaneError> {
+        for failure in failures {
+            if let Some(message) = messages.get(failure.index) {
+                tracing::warn!(message_id = %message.position.display_id(), reason = failure.reason, detail = %failure.detail, "message cannot be decoded");
+            }
+        }
+        let Some(dead_letter) = self.lane.dead_letter.as_mut() else {
+            return Ok(true);
+        };
+        match dead_letter.publish(messages, failures).await {
+            Ok(()) => {
+                for failure in failures {
+                    self.lane
+                        .metrics
+                        .dead_lettered
+                        .get_or_create(&DeadLetterLabels {
+                            pipeline: self.lane.pipeline.clone(),
+                            reason: failure.reason.to_string(),
+                        })
+                        .inc();
+                }
+                Ok(true)
+            }
+            Err(SinkError::Cancelled(_)) => Ok(false),
+            Err(source) => Err(LaneError::Sink {
+                pipeline: self.lane.pipeline.clone(),
+                sink: "dead-letter",
+                source,
+            }),
         }
     }
 
-    async fn ack(&mut self, durable: &[MessagePosition]) -> Result<(), LaneError> {
-        if durable.is_empty() {
+    /// A sink made `durable` durable: acknowledges what every sink now has.
+    async fn ack(&mut self, durable: Vec<MessagePosition>) -> Result<(), LaneError> {
+        let released = self.gate.durable(durable);
+        if released.is_empty() {
             return Ok(());
         }
-        self.source
-            .ack(durable)
+        self.lane
+            .source
+            .ack(&released)
             .await
             .map_err(|source| self.source_error(source))?;
         let labels = self.labels();
-        self.metrics
+        let metrics = &self.lane.metrics;
+        metrics
             .messages_acked
             .get_or_create(&labels)
-            .inc_by(durable.len() as u64);
-        self.metrics
+            .inc_by(released.len() as u64);
+        metrics
             .messages_in_flight
             .get_or_create(&labels)
-            .dec_by(i64::try_from(durable.len()).unwrap_or(i64::MAX));
+            .dec_by(i64::try_from(released.len()).unwrap_or(i64::MAX));
         Ok(())
-    }
-
-    /// Values are readable in Redis once its write returns: record how old they were then.
-    fn observe_freshness(&self, publish_times: &[u64], event_times: &[i64]) {
-        let now_ms = chrono::Utc::now().timestamp_millis();
-        let labels = self.labels();
-        let by_publish = self
-            .metrics
-            .freshness_publish_time_seconds
-            .get_or_create(&labels);
-        for &published in publish_times {
-            let age = now_ms - i64::try_from(published).unwrap_or(i64::MAX);
-            by_publish.observe(age.max(0) as f64 / 1000.0);
-        }
-        let by_event = self
-            .metrics
-            .freshness_event_time_seconds
-            .get_or_create(&labels);
-        for &event in event_times {
-            by_event.observe((now_ms - event).max(0) as f64 / 1000.0);
-        }
     }
 
     fn labels(&self) -> LaneLabels {
         LaneLabels {
-            pipeline: self.pipeline.clone(),
-            sink: self.sink.kind(),
+            pipeline: self.lane.pipeline.clone(),
+            sink: self.name.clone(),
         }
     }
 
-    fn sink_error(&self, source: SinkError) -> LaneError {
+    fn sink_labels(&self, index: usize) -> LaneLabels {
+        LaneLabels {
+            pipeline: self.lane.pipeline.clone(),
+            sink: self.lane.sinks[index].kind().to_string(),
+        }
+    }
+
+    fn sink_error(&self, index: usize, source: SinkError) -> LaneError {
         LaneError::Sink {
-            pipeline: self.pipeline.clone(),
-            sink: self.sink.kind(),
+            pipeline: self.lane.pipeline.clone(),
+            sink: self.lane.sinks[index].kind(),
             source,
         }
     }
 
     fn source_error(&self, source: SourceError) -> LaneError {
         LaneError::Source {
-            pipeline: self.pipeline.clone(),
-            sink: self.sink.kind(),
+            pipeline: self.lane.pipeline.clone(),
+            lane: self.name.clone(),
             source,
         }
     }
 }
+
+/// Values are readable once the sink's write returns: record how old they were then.
+fn observe_freshness(
+    metrics: &Metrics,
+    labels: &LaneLabels,
+    publish_times: &[u64],
+    event_times: &[i64],
+) {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let by_publish = metrics.freshness_publish_time_seconds.get_or_create(labels);
+    for &published in publish_times {
+        let age = now_ms - i64::try_from(published).unwrap_or(i64::MAX);
+        by_publish.observe(age.max(0) as f64 / 1000.0);
+    }
+    let by_event = metrics.freshness_event_time_seconds.get_or_create(labels);
+    for &event in event_times {
+        by_event.observe((now_ms - event).max(0) as f64 / 1000.0);
+    }
+}
+
+#[cfg(test)]
+#[path = "lane_tests.rs"]
+mod tests;

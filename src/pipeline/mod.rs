@@ -4,6 +4,7 @@
 //! (`<subscription>-online`, `<subscription>-offline`), so each acknowledges at its own pace
 //! and one sink being down never stalls the other (see README, "Acknowledgements").
 
+mod ack_gate;
 mod backfill;
 mod backlog;
 mod dead_letter;
@@ -186,7 +187,7 @@ async fn build_lanes(
             pipeline: pipeline.name.clone(),
             source: Box::new(subscription),
             decoder: template.clone(),
-            sink,
+            sinks: vec![sink],
             dead_letter: dead_letter_owner.then(|| {
                 DeadLetter::new(
                     pulsar.clone(),

@@ -31,6 +31,12 @@ pub trait Sink: Send {
     /// Short name for logs and metrics (`online`, `offline`).
     fn kind(&self) -> &'static str;
 
+    /// Whether values are readable by model services once `write` returns, so that the lane
+    /// records their freshness (event and publish time to durable) for this sink.
+    fn reports_freshness(&self) -> bool {
+        false
+    }
+
     /// Gets ready before the first batch (e.g. reads what earlier runs committed), retrying
     /// while its service is down so that one pipeline's store does not stop the process.
     async fn start(&mut self) -> Result<(), SinkError> {

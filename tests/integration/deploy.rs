@@ -110,7 +110,7 @@ print(json.dumps({"kinds": kinds, "args": sidecar["args"], "live": sidecar["live
     let metrics = feature_connector::metrics::Metrics::new();
     let labels = feature_connector::metrics::LaneLabels {
         pipeline: "p".into(),
-        sink: "online",
+        sink: "online".into(),
     };
     metrics.messages_received.get_or_create(&labels).inc();
     metrics.rows_written.get_or_create(&labels).inc();

@@ -208,6 +208,10 @@ impl Sink for RedisSink {
         "online"
     }
 
+    fn reports_freshness(&self) -> bool {
+        true
+    }
+
     async fn write(&mut self, batch: RowBatch) -> Result<Vec<MessagePosition>, SinkError> {
         let calls = self.calls(&batch)?;
         let writer = self.writer.clone();

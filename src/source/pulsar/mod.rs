@@ -77,6 +77,17 @@ impl MessagePosition {
         }
     }
 
+    /// What identifies the message among those of every topic (for counting which sinks
+    /// have it durable).
+    pub fn key(&self) -> (String, u64, u64, i32) {
+        (
+            self.topic.clone(),
+            self.id.ledger_id,
+            self.id.entry_id,
+            self.id.batch_index.unwrap_or(-1),
+        )
+    }
+
     /// `ledger:entry:index`, as shown in logs and file metadata.
     pub fn display_id(&self) -> String {
         format!(

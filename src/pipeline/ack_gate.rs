@@ -1,0 +1,122 @@
+//! Which messages a lane may acknowledge when it feeds several sinks: only those every sink
+//! has reported durable.
+
+use std::collections::HashMap;
+
+use crate::source::MessagePosition;
+
+/// Counts, per received message, the sinks that have not made it durable yet.
+///
+/// Each sink reports each message durable once, in the order it received them (per topic
+/// partition), so what the gate releases keeps that order and cumulative acknowledgement
+/// stays safe. With one sink the gate passes everything through untouched.
+#[derive(Debug)]
+pub struct AckGate {
+    sinks: usize,
+    owed: HashMap<(String, u64, u64, i32), usize>,
+}
+
+impl AckGate {
+    /// A gate for a lane feeding `sinks` sinks.
+    pub fn new(sinks: usize) -> Self {
+        Self {
+            sinks,
+            owed: HashMap::new(),
+        }
+    }
+
+    /// The lane handed these messages to every sink.
+    pub fn received(&mut self, positions: &[MessagePosition]) {
+        if self.sinks > 1 {
+            for position in positions {
+                self.owed.insert(position.key(), self.sinks);
+            }
+        }
+    }
+
+    /// One sink made `positions` durable; returns those that every sink now has, in the
+    /// order given.
+    pub fn durable(&mut self, positions: Vec<MessagePosition>) -> Vec<MessagePosition> {
+        if self.sinks <= 1 {
+            return positions;
+        }
+        positions
+            .into_iter()
+            .filter(|position| {
+                let key = position.key();
+                match self.owed.get_mut(&key) {
+                    Some(owed) if *owed > 1 => {
+                        *owed -= 1;
+                        false
+                    }
+                    Some(_) => {
+                        self.owed.remove(&key);
+                        true
+                    }
+                    None => {
+                        tracing::debug!(message_id = %position.display_id(), "a sink reported a message the lane does not wait for");
+                        false
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Messages some sink does not have durable yet.
+    #[cfg(test)]
+    pub fn pending(&self) -> usize {
+        self.owed.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pulsar::message::proto::MessageIdData;
+
+    use super::*;
+
+    fn at(entry: u64) -> MessagePosition {
+        MessagePosition {
+            topic: "t".into(),
+            id: MessageIdData {
+                ledger_id: 1,
+                entry_id: entry,
+                ..Default::default()
+            },
+            batch_size: None,
+        }
+    }
+
+    fn entries(positions: &[MessagePosition]) -> Vec<u64> {
+        positions.iter().map(|p| p.id.entry_id).collect()
+    }
+
+    #[test]
+    fn one_sink_passes_through() {
+        let mut gate = AckGate::new(1);
+        gate.received(&[at(1), at(2)]);
+        assert_eq!(entries(&gate.durable(vec![at(1), at(2)])), vec![1, 2]);
+        assert_eq!(gate.pending(), 0);
+    }
+
+    #[test]
+    fn released_only_when_every_sink_has_it() {
+        let mut gate = AckGate::new(2);
+        gate.received(&[at(1), at(2), at(3)]);
+        assert!(gate.durable(vec![at(1), at(2), at(3)]).is_empty());
+        assert_eq!(entries(&gate.durable(vec![at(1), at(2)])), vec![1, 2]);
+        assert_eq!(gate.pending(), 1);
+        assert_eq!(entries(&gate.durable(vec![at(3)])), vec![3]);
+        assert_eq!(gate.pending(), 0);
+    }
+
+    #[test]
+    fn unknown_and_released_messages_release_nothing_more() {
+        let mut gate = AckGate::new(2);
+        gate.received(&[at(1)]);
+        assert!(gate.durable(vec![at(9)]).is_empty());
+        assert!(gate.durable(vec![at(1)]).is_empty());
+        assert_eq!(entries(&gate.durable(vec![at(1)])), vec![1]);
+        assert!(gate.durable(vec![at(1)]).is_empty(), "already released");
+    }
+}
