@@ -58,10 +58,13 @@ impl Health {
         self.lanes_running.load(Ordering::SeqCst) >= self.lanes_expected.load(Ordering::SeqCst)
     }
 
-    /// Adds a dependency to check on every `/readyz`.
+    /// Adds a dependency to check on every `/readyz`; a second probe of the same name
+    /// (pipelines sharing one Redis) is not added.
     pub fn add_probe(&self, probe: Arc<dyn Probe>) {
         if let Ok(mut probes) = self.probes.write() {
-            probes.push(probe);
+            if probes.iter().all(|known| known.name() != probe.name()) {
+                probes.push(probe);
+            }
         }
     }
 

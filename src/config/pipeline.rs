@@ -5,11 +5,15 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::ServiceConfig;
 use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned};
 use crate::record::RowLayout;
 use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
-use crate::sink::delta::OfflineSinkConfig;
-use crate::sink::redis::{feast_supports, LayoutKind, OnlineSinkConfig, OnlineView};
+use crate::sink::delta::{DeltaSinkBuilder, OfflineSinkConfig};
+use crate::sink::redis::{
+    feast_supports, LayoutKind, OnlineSinkConfig, OnlineView, RedisSinkBuilder,
+};
+use crate::sink::SinkBuilder;
 use crate::source::pulsar::PulsarSourceConfig;
 
 /// A pipeline file as written.
@@ -112,6 +116,25 @@ impl PipelineConfig {
             event_time: self.event_time.clone(),
             features: self.features.clone(),
         }
+    }
+
+    /// The pipeline's sinks, each as the builder the runtime turns into a lane. The one place
+    /// that lists the sink kinds.
+    pub fn sink_builders(&self, service: &ServiceConfig) -> Vec<Box<dyn SinkBuilder>> {
+        let mut builders: Vec<Box<dyn SinkBuilder>> = Vec::new();
+        if let Some(online) = &self.online {
+            builders.push(Box::new(RedisSinkBuilder {
+                service: service.redis.clone(),
+                config: online.clone(),
+            }));
+        }
+        if let Some(offline) = &self.offline {
+            builders.push(Box::new(DeltaSinkBuilder {
+                service: service.offline.clone(),
+                config: offline.clone(),
+            }));
+        }
+        builders
     }
 
     /// How readers see this pipeline's online features; `None` without an online sink.

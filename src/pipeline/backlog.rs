@@ -15,8 +15,8 @@ use crate::source::pulsar::{resolve_partitions, PulsarSourceConfig};
 pub struct WatchedSubscription {
     /// Pipeline name.
     pub pipeline: String,
-    /// Sink kind of the lane.
-    pub sink: &'static str,
+    /// The lane's name (its sinks' kinds).
+    pub sink: String,
     /// The pipeline's source (topics or pattern).
     pub source: PulsarSourceConfig,
     /// Subscription name.
@@ -43,7 +43,7 @@ pub async fn watch_backlogs(
                         .subscription_backlog_messages
                         .get_or_create(&LaneLabels {
                             pipeline: lane.pipeline.clone(),
-                            sink: lane.sink.to_string(),
+                            sink: lane.sink.clone(),
                         })
                         .set(backlog);
                 }

@@ -26,9 +26,7 @@ use crate::config::{PipelineConfig, ServiceConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
-use crate::sink::delta::{DeltaSink, ObjectStoreProbe, OfflineStore, TableError, TableSpec};
-use crate::sink::redis::{RedisClient, RedisProbe, RedisSink};
-use crate::sink::Sink;
+use crate::sink::SinkContext;
 use crate::source::pulsar::{PulsarSource, SubscriptionKind};
 use crate::source::{AckMode, SourceError};
 
@@ -81,24 +79,29 @@ pub async fn run(
             message,
         })?;
     let pulsar = PulsarSource::connect(&service.pulsar).await?;
-    if pipelines.iter().any(|p| p.online.is_some()) {
-        let client = RedisClient::open(&service.redis).map_err(|message| RuntimeError::Setup {
-            pipeline: "*".into(),
-            message,
-        })?;
-        health.add_probe(Arc::new(RedisProbe { client }));
-    }
     let mut lanes = Vec::new();
+    let mut watched = Vec::new();
     for pipeline in pipelines {
-        lanes.extend(
-            build_lanes(
-                service, pipeline, root, &pulsar, &http, &metrics, &health, &cancel,
-            )
-            .await?,
-        );
+        let context = LaneContext {
+            service,
+            root,
+            pulsar: &pulsar,
+            http: &http,
+            metrics: &metrics,
+            health: &health,
+            cancel: &cancel,
+        };
+        for lane in build_lanes(&context, pipeline).await? {
+            watched.push(WatchedSubscription {
+                pipeline: pipeline.name.clone(),
+                sink: lane.name(),
+                source: pipeline.source.clone(),
+                subscription: lane_subscription(pipeline, &lane.name()),
+            });
+            lanes.push(lane);
+        }
     }
     health.expect_lanes(lanes.len());
-    let watched = pipelines.iter().flat_map(watched_subscriptions).collect();
     let backlogs = tokio::spawn(watch_backlogs(
         pulsar.clone(),
         http.clone(),
@@ -130,42 +133,34 @@ pub async fn run(
     first_error.map_or(Ok(()), Err)
 }
 
-/// The subscriptions of a pipeline's lanes, for the backlog gauge.
-fn watched_subscriptions(pipeline: &PipelineConfig) -> Vec<WatchedSubscription> {
-    let lanes = [
-        ("online", pipeline.online.is_some()),
-        ("offline", pipeline.offline.is_some()),
-    ];
-    lanes
-        .into_iter()
-        .filter(|(_, on)| *on)
-        .map(|(sink, _)| WatchedSubscription {
-            pipeline: pipeline.name.clone(),
-            sink,
-            source: pipeline.source.clone(),
-            subscription: format!("{}-{sink}", pipeline.source.subscription.value),
-        })
-        .collect()
+/// What every lane of the process shares.
+struct LaneContext<'a> {
+    service: &'a ServiceConfig,
+    root: &'a Path,
+    pulsar: &'a Pulsar<TokioExecutor>,
+    http: &'a reqwest::Client,
+    metrics: &'a Arc<Metrics>,
+    health: &'a Arc<Health>,
+    cancel: &'a CancellationToken,
 }
 
+/// The durable subscription of a pipeline's lane: `<subscription>-<sink kinds>`.
+fn lane_subscription(pipeline: &PipelineConfig, lane: &str) -> String {
+    format!("{}-{lane}", pipeline.source.subscription.value)
+}
+
+/// One lane per sink of the pipeline, each on its own subscription (see the module doc).
 async fn build_lanes(
-    service: &ServiceConfig,
+    context: &LaneContext<'_>,
     pipeline: &PipelineConfig,
-    root: &Path,
-    pulsar: &Pulsar<TokioExecutor>,
-    http: &reqwest::Client,
-    metrics: &Arc<Metrics>,
-    health: &Arc<Health>,
-    cancel: &CancellationToken,
 ) -> Result<Vec<Lane>, RuntimeError> {
     let setup = |message: String| RuntimeError::Setup {
         pipeline: pipeline.name.clone(),
         message,
     };
-    let rows = pipeline.row_layout();
     let source = &pipeline.source;
     let spec = pipeline.decoder_spec();
-    let registry = SchemaRegistry::new(http.clone(), &service.pulsar.admin_url);
+    let registry = SchemaRegistry::new(context.http.clone(), &context.service.pulsar.admin_url);
     let template =
         PayloadDecoder::new(spec, registry).map_err(|e| setup(format!("reader schema: {e}")))?;
     let mut checked = Vec::new();
@@ -176,120 +171,62 @@ async fn build_lanes(
             .map_err(|e| setup(format!("{topic}: {e}")))?;
         checked.push(decoder);
     }
-    let template = TopicDecoders::new(template, checked);
-    let mut lanes = Vec::new();
-    let mut dead_letter_owner_taken = false;
-    let lane = |sink: Box<dyn Sink>,
-                subscription: PulsarSource,
-                dead_letter_owner: bool|
-     -> Result<Lane, RuntimeError> {
-        Ok(Lane {
-            pipeline: pipeline.name.clone(),
-            source: Box::new(subscription),
-            decoder: template.clone(),
-            sinks: vec![sink],
-            dead_letter: dead_letter_owner.then(|| {
-                DeadLetter::new(
-                    pulsar.clone(),
-                    source.dead_letter_topic(),
-                    &pipeline.name,
-                    cancel.clone(),
-                )
-            }),
-            max_batch: source.max_batch_messages,
-            linger: source.max_batch_wait,
-            cancel: cancel.clone(),
-            metrics: metrics.clone(),
-            health: health.clone(),
-        })
+    let decoders = TopicDecoders::new(template, checked);
+    let sink_context = SinkContext {
+        pipeline: pipeline.name.clone(),
+        rows: pipeline.row_layout(),
+        output_schema: decoders.output_schema(),
+        schema_fingerprint: pipeline.schema.fingerprint(),
+        root: context.root.to_path_buf(),
+        metrics: context.metrics.clone(),
+        health: context.health.clone(),
+        cancel: context.cancel.clone(),
     };
-
-    if let Some(online) = &pipeline.online {
-        let sink = RedisSink::connect(
-            &service.redis,
-            online,
-            &pipeline.name,
-            rows.clone(),
-            cancel.clone(),
-        )
-        .await
-        .map_err(|e| setup(e.to_string()))?;
-        let subscription = PulsarSource::subscribe(
-            pulsar.clone(),
-            source,
-            format!("{}-online", source.subscription.value),
-            source.subscription_type,
-            AckMode::Individual,
-            cancel.clone(),
-        )
-        .await?;
-        lanes.push(lane(Box::new(sink), subscription, true)?);
-        dead_letter_owner_taken = true;
-    }
-    if let Some(offline) = &pipeline.offline {
-        let url = offline
-            .url
-            .as_ref()
-            .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
-        let store = OfflineStore::open(url, root, &service.offline.options)
-            .map_err(|e| setup(e.to_string()))?
-            .counted(metrics, &pipeline.name);
-        let spec = TableSpec::new(
-            &store,
-            &pipeline.name,
-            &template.output_schema(),
-            &pipeline.event_time,
-            offline,
-        )
-        .map_err(|e| setup(format!("offline table: {e}")))?;
-        let table = open_table_at_start(&spec).await.map_err(setup)?;
-        health.add_probe(Arc::new(ObjectStoreProbe {
-            pipeline: pipeline.name.clone(),
-            store: spec.location.store.clone(),
-        }));
-        let mut sink = DeltaSink::new(spec, offline.clone(), table, cancel.clone());
-        sink.set_schema_fingerprint(pipeline.schema.fingerprint());
-        sink.set_metrics(metrics.clone());
+    let mut lanes = Vec::new();
+    for builder in pipeline.sink_builders(context.service) {
+        let sink = builder
+            .build(&sink_context)
+            .await
+            .map_err(|e| setup(format!("{} sink: {e}", builder.kind())))?;
+        let acknowledgement = sink.acknowledgement();
         // Cumulative acknowledgement needs a single active consumer per topic partition.
-        let kind = match source.subscription_type {
-            SubscriptionKind::Exclusive => SubscriptionKind::Exclusive,
-            _ => SubscriptionKind::Failover,
+        let kind = match (acknowledgement, source.subscription_type) {
+            (AckMode::Individual, kind)
+            | (AckMode::Cumulative, kind @ SubscriptionKind::Exclusive) => kind,
+            (AckMode::Cumulative, _) => SubscriptionKind::Failover,
         };
         let subscription = PulsarSource::subscribe(
-            pulsar.clone(),
+            context.pulsar.clone(),
             source,
-            format!("{}-offline", source.subscription.value),
+            lane_subscription(pipeline, sink.kind()),
             kind,
-            AckMode::Cumulative,
-            cancel.clone(),
+            acknowledgement,
+            context.cancel.clone(),
         )
         .await?;
-        lanes.push(lane(
-            Box::new(sink),
-            subscription,
-            !dead_letter_owner_taken,
-        )?);
+        // The first lane publishes the pipeline's dead letters; the others only skip them.
+        let dead_letter = lanes.is_empty().then(|| {
+            DeadLetter::new(
+                context.pulsar.clone(),
+                source.dead_letter_topic(),
+                &pipeline.name,
+                context.cancel.clone(),
+            )
+        });
+        lanes.push(Lane {
+            pipeline: pipeline.name.clone(),
+            source: Box::new(subscription),
+            decoder: decoders.clone(),
+            sinks: vec![sink],
+            dead_letter,
+            max_batch: source.max_batch_messages,
+            linger: source.max_batch_wait,
+            cancel: context.cancel.clone(),
+            metrics: context.metrics.clone(),
+            health: context.health.clone(),
+        });
     }
     Ok(lanes)
-}
-
-/// Opens (or creates, or evolves) the offline table before any lane runs, so that a table that
-/// cannot take the pipeline schema stops the process with nothing written. A store that does
-/// not answer is not fatal: the lane opens the table itself, retrying.
-async fn open_table_at_start(
-    spec: &TableSpec,
-) -> Result<Option<crate::sink::delta::OfflineTable>, String> {
-    match spec.open().await {
-        Ok((table, opened)) => {
-            tracing::info!(table = %table.url(), version = table.version(), ?opened, "offline table ready");
-            Ok(Some(table))
-        }
-        Err(TableError::Refused(why)) => Err(format!("offline table: refusing to start: {why}")),
-        Err(e) => {
-            tracing::warn!(error = %e, "offline table not readable yet; its lane keeps trying");
-            Ok(None)
-        }
-    }
 }
 
 /// Start-up check: the topic's latest writer version (every version, for a transitive

@@ -1,13 +1,52 @@
 //! Sinks: where decoded rows become durable. A new sink is a folder here with its config
-//! struct and an implementation of [`Sink`]; the pipeline runtime wires it to a lane.
+//! struct, a [`SinkBuilder`] and an implementation of [`Sink`]; the pipeline config lists
+//! its builder (`PipelineConfig::sink_builders`) and the runtime wires it to a lane.
 
 pub mod delta;
 pub mod redis;
 
-use async_trait::async_trait;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use crate::record::RowBatch;
-use crate::source::MessagePosition;
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::record::{RowBatch, RowLayout};
+use crate::source::{AckMode, MessagePosition};
+
+/// What the runtime hands every sink builder of a pipeline.
+pub struct SinkContext {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Where keys, event time and features are in the rows.
+    pub rows: RowLayout,
+    /// The Arrow schema of the decoded rows.
+    pub output_schema: SchemaRef,
+    /// Fingerprint of the pipeline's reader schema (recorded with written data).
+    pub schema_fingerprint: String,
+    /// Project root that relative paths in the config are resolved against.
+    pub root: PathBuf,
+    /// Where counts go.
+    pub metrics: Arc<Metrics>,
+    /// Where the sink registers the probe of its service for `/readyz`.
+    pub health: Arc<Health>,
+    /// Shutdown signal.
+    pub cancel: CancellationToken,
+}
+
+/// The config side of a sink: builds the running sink of one pipeline.
+#[async_trait]
+pub trait SinkBuilder: Send + Sync {
+    /// The sink's kind (`online`, `offline`): names its lane, subscription and metrics.
+    fn kind(&self) -> &'static str;
+
+    /// Connects and checks what can be checked at start; a [`SinkError::Fatal`] stops the
+    /// process before anything is consumed.
+    async fn build(&self, context: &SinkContext) -> Result<Box<dyn Sink>, SinkError>;
+}
 
 /// Why a sink gave up on a batch.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +74,12 @@ pub trait Sink: Send {
     /// records their freshness (event and publish time to durable) for this sink.
     fn reports_freshness(&self) -> bool {
         false
+    }
+
+    /// How the lane must acknowledge for this sink: `Cumulative` when the sink keeps
+    /// positions per topic partition (one active consumer per partition), else `Individual`.
+    fn acknowledgement(&self) -> AckMode {
+        AckMode::Individual
     }
 
     /// Gets ready before the first batch (e.g. reads what earlier runs committed), retrying

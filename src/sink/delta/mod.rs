@@ -19,6 +19,7 @@
 //! - Start-up reads the log's newest checkpoint and the commits after it; a checkpoint is
 //!   written every `offline.checkpoint_interval` commits, in the background.
 
+mod builder;
 mod commit;
 mod committing;
 mod config;
@@ -38,6 +39,7 @@ mod writer;
 
 use arrow::datatypes::{Schema, SchemaRef};
 
+pub use builder::DeltaSinkBuilder;
 pub use commit::{CommitError, Committed};
 pub use config::{
     check_store_url, Compression, Granularity, ObjectStoreServiceConfig, OfflineSinkConfig,

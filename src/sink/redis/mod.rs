@@ -1,5 +1,6 @@
 //! The Redis online sink: one hash per entity, newest event time wins.
 
+mod builder;
 mod calls;
 mod config;
 mod connection;
@@ -9,6 +10,7 @@ mod probe;
 mod reader;
 mod writer;
 
+pub use builder::RedisSinkBuilder;
 pub use config::{LayoutKind, OnlineSinkConfig, RedisServiceConfig};
 pub use connection::{RedisClient, RedisConnection, RedisMode};
 pub use feast::supported as feast_supports;

@@ -1,0 +1,74 @@
+//! Turns a pipeline's `offline:` section into a running Delta sink.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{
+    DeltaSink, ObjectStoreProbe, ObjectStoreServiceConfig, OfflineSinkConfig, OfflineStore,
+    OfflineTable, TableError, TableSpec,
+};
+use crate::sink::{Sink, SinkBuilder, SinkContext, SinkError};
+
+/// The offline sink of one pipeline, with the service's object-store defaults.
+#[derive(Debug, Clone)]
+pub struct DeltaSinkBuilder {
+    /// Default URL and store options.
+    pub service: ObjectStoreServiceConfig,
+    /// The pipeline's `offline:` section.
+    pub config: OfflineSinkConfig,
+}
+
+#[async_trait]
+impl SinkBuilder for DeltaSinkBuilder {
+    fn kind(&self) -> &'static str {
+        "offline"
+    }
+
+    /// Opens (or creates, or evolves) the table before any lane runs, so that a table that
+    /// cannot take the pipeline schema stops the process with nothing written. A store that
+    /// does not answer is not fatal: the sink opens the table itself, retrying.
+    async fn build(&self, context: &SinkContext) -> Result<Box<dyn Sink>, SinkError> {
+        let url = self
+            .config
+            .url
+            .as_ref()
+            .map_or(self.service.default_url.as_str(), |u| u.value.as_str());
+        let store = OfflineStore::open(url, &context.root, &self.service.options)
+            .map_err(|e| SinkError::Fatal(e.to_string()))?
+            .counted(&context.metrics, &context.pipeline);
+        let spec = TableSpec::new(
+            &store,
+            &context.pipeline,
+            &context.output_schema,
+            &context.rows.event_time,
+            &self.config,
+        )
+        .map_err(|e| SinkError::Fatal(format!("offline table: {e}")))?;
+        let table = open_at_start(&spec).await?;
+        context.health.add_probe(Arc::new(ObjectStoreProbe {
+            pipeline: context.pipeline.clone(),
+            store: spec.location.store.clone(),
+        }));
+        let mut sink = DeltaSink::new(spec, self.config.clone(), table, context.cancel.clone());
+        sink.set_schema_fingerprint(context.schema_fingerprint.clone());
+        sink.set_metrics(context.metrics.clone());
+        Ok(Box::new(sink))
+    }
+}
+
+async fn open_at_start(spec: &TableSpec) -> Result<Option<OfflineTable>, SinkError> {
+    match spec.open().await {
+        Ok((table, opened)) => {
+            tracing::info!(table = %table.url(), version = table.version(), ?opened, "offline table ready");
+            Ok(Some(table))
+        }
+        Err(TableError::Refused(why)) => Err(SinkError::Fatal(format!(
+            "offline table: refusing to start: {why}"
+        ))),
+        Err(e) => {
+            tracing::warn!(error = %e, "offline table not readable yet; its lane keeps trying");
+            Ok(None)
+        }
+    }
+}
