@@ -39,7 +39,10 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
         capacity: 16,
     };
     // Messages without a schema version use the reader schema: no registry call is made.
-    let registry = SchemaRegistry::new(reqwest::Client::new(), "http://127.0.0.1:9");
+    let registry = SchemaRegistry::new(feature_connector::source::pulsar::PulsarAdmin::new(
+        reqwest::Client::new(),
+        "http://127.0.0.1:9",
+    ));
     PayloadDecoder::new(spec, registry).expect("decoder")
 }
 

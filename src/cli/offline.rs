@@ -269,10 +269,9 @@ async fn upgrade(
         .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
     let store = OfflineStore::open(url, config.root(), &service.offline.options)
         .map_err(|e| e.to_string())?;
-    let http = service.pulsar.admin_client()?;
     let decoder = crate::schema::PayloadDecoder::new(
         pipeline.decoder_spec(),
-        crate::schema::SchemaRegistry::new(http, &service.pulsar.admin_url),
+        crate::schema::SchemaRegistry::new(service.pulsar.admin()?),
     )
     .map_err(|e| format!("reader schema: {e}"))?;
     let rows = crate::schema::TopicDecoders::new(decoder, Vec::new()).output_schema();

@@ -63,14 +63,14 @@ pub async fn schemas(args: SchemasArgs) -> ExitCode {
         eprintln!("error: no pipeline `{missing}`");
         return ExitCode::from(EXIT_CONFIG);
     }
-    let http = match service.pulsar.admin_client() {
-        Ok(http) => http,
+    let admin = match service.pulsar.admin() {
+        Ok(admin) => admin,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let mut registry = SchemaRegistry::new(http, &service.pulsar.admin_url);
+    let mut registry = SchemaRegistry::new(admin);
     let mut failed = false;
     for pipeline in selected {
         let topics = match schema_topics(&service.pulsar, pipeline).await {

@@ -17,7 +17,9 @@ use crate::record::RowBatch;
 use crate::schema::{PayloadDecoder, SchemaRegistry, TopicDecoders};
 use crate::sink::delta::{DeltaSink, OfflineStore, TableError, TableSpec};
 use crate::sink::Sink;
-use crate::source::pulsar::{resolve_partitions, MessagePosition, PulsarSource};
+use crate::source::pulsar::{
+    resolve_partitions, MessagePosition, PulsarAdmin, PulsarSource, TopicName,
+};
 use crate::source::SourceMessage;
 
 /// What to read.
@@ -72,13 +74,10 @@ pub async fn backfill(
         .offline
         .clone()
         .ok_or_else(|| setup("the pipeline has no offline sink".into()))?;
-    let http = service.pulsar.admin_client().map_err(setup)?;
+    let admin = service.pulsar.admin().map_err(setup)?;
     let spec = pipeline.decoder_spec();
-    let template = PayloadDecoder::new(
-        spec,
-        SchemaRegistry::new(http.clone(), &service.pulsar.admin_url),
-    )
-    .map_err(|e| setup(format!("reader schema: {e}")))?;
+    let template = PayloadDecoder::new(spec, SchemaRegistry::new(admin.clone()))
+        .map_err(|e| setup(format!("reader schema: {e}")))?;
     let mut decoder = TopicDecoders::new(template, Vec::new());
     let url = range
         .offline_url
@@ -111,7 +110,7 @@ pub async fn backfill(
         .map_err(|e| setup(format!("cannot list the topics: {e}")))?;
     let mut estimate = None;
     for partition in &partitions {
-        let count = topic_message_count(&http, &service.pulsar.admin_url, partition).await;
+        let count = topic_message_count(&admin, partition).await;
         estimate = Some(estimate.unwrap_or(0) + count.unwrap_or(0));
     }
     let estimate = estimate.filter(|n| *n > 0);
@@ -139,8 +138,7 @@ pub async fn backfill(
     summary.bytes = files.iter().map(|f| f.size).sum();
     summary.version = table.version();
     if summary.messages == 0 {
-        summary.nothing_retained =
-            retention_hint(&http, &service.pulsar.admin_url, &partitions).await;
+        summary.nothing_retained = retention_hint(&admin, &partitions).await;
     }
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
@@ -243,42 +241,22 @@ async fn open_reader(
 }
 
 /// Messages published to the topic (broker stats), for the progress bar's ETA.
-async fn topic_message_count(http: &reqwest::Client, admin_url: &str, topic: &str) -> Option<u64> {
-    let path = topic.strip_prefix("persistent://")?;
-    let url = format!(
-        "{}/admin/v2/persistent/{path}/stats",
-        admin_url.trim_end_matches('/')
-    );
-    let stats: serde_json::Value = http.get(url).send().await.ok()?.json().await.ok()?;
+async fn topic_message_count(admin: &PulsarAdmin, topic: &str) -> Option<u64> {
+    let stats = admin.topic_stats(topic).await.ok()?;
     stats["msgInCounter"].as_u64().filter(|n| *n > 0)
 }
 
 /// Why a topic that has been published to gave a backfill nothing: Pulsar deletes messages
 /// every subscription acknowledged unless the namespace (or topic) retains them.
-async fn retention_hint(
-    http: &reqwest::Client,
-    admin_url: &str,
-    partitions: &[String],
-) -> Option<String> {
+async fn retention_hint(admin: &PulsarAdmin, partitions: &[String]) -> Option<String> {
     let mut published = 0;
     for partition in partitions {
-        published += topic_message_count(http, admin_url, partition)
-            .await
-            .unwrap_or(0);
+        published += topic_message_count(admin, partition).await.unwrap_or(0);
     }
     let topic = partitions.first()?;
-    let path = topic.strip_prefix("persistent://")?;
-    let namespace = path.rsplit_once('/')?.0;
-    let url = format!(
-        "{}/admin/v2/namespaces/{namespace}/retention",
-        admin_url.trim_end_matches('/')
-    );
-    let retention: serde_json::Value = http
-        .get(url)
-        .send()
-        .await
-        .ok()?
-        .json()
+    let namespace = TopicName::parse(topic).ok()?.namespace_path();
+    let retention = admin
+        .namespace_retention(&namespace)
         .await
         .unwrap_or_default();
     let minutes = retention["retentionTimeInMinutes"].as_i64().unwrap_or(0);

@@ -8,7 +8,7 @@ use pulsar::{Pulsar, TokioExecutor};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{LaneLabels, Metrics};
-use crate::source::pulsar::{resolve_partitions, PulsarSourceConfig};
+use crate::source::pulsar::{resolve_partitions, PulsarAdmin, PulsarSourceConfig};
 
 /// One lane's subscription to watch.
 #[derive(Debug, Clone)]
@@ -29,15 +29,14 @@ pub const BACKLOG_POLL: Duration = Duration::from_secs(10);
 /// Polls until `cancel` fires; a broker that does not answer leaves the last value.
 pub async fn watch_backlogs(
     pulsar: Pulsar<TokioExecutor>,
-    http: reqwest::Client,
-    admin_url: String,
+    admin: PulsarAdmin,
     watched: Vec<WatchedSubscription>,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
     loop {
         for lane in &watched {
-            match backlog_of(&pulsar, &http, &admin_url, lane).await {
+            match backlog_of(&pulsar, &admin, lane).await {
                 Ok(backlog) => {
                     metrics
                         .subscription_backlog_messages
@@ -62,8 +61,7 @@ pub async fn watch_backlogs(
 /// Sum of the subscription's backlog over every partition the source consumes.
 async fn backlog_of(
     pulsar: &Pulsar<TokioExecutor>,
-    http: &reqwest::Client,
-    admin_url: &str,
+    admin: &PulsarAdmin,
     lane: &WatchedSubscription,
 ) -> Result<i64, String> {
     let partitions = resolve_partitions(pulsar, &lane.source)
@@ -71,20 +69,8 @@ async fn backlog_of(
         .map_err(|e| e.to_string())?;
     let mut total = 0;
     for partition in partitions {
-        let Some(path) = partition.strip_prefix("persistent://") else {
-            continue;
-        };
-        let url = format!(
-            "{}/admin/v2/persistent/{path}/stats",
-            admin_url.trim_end_matches('/')
-        );
-        let stats: serde_json::Value = http
-            .get(url)
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(|e| e.to_string())?
-            .json()
+        let stats = admin
+            .topic_stats(&partition)
             .await
             .map_err(|e| e.to_string())?;
         total += stats["subscriptions"][&lane.subscription]["msgBacklog"]

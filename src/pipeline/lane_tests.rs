@@ -10,6 +10,7 @@ use super::*;
 use crate::schema::{
     Compatibility, DecoderSpec, PayloadDecoder, PayloadFormat, ReaderSchema, SchemaRegistry,
 };
+use crate::source::pulsar::PulsarAdmin;
 
 const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
     {"name":"id","type":"string"},{"name":"ts","type":"long"},{"name":"v","type":"double"}]}"#;
@@ -168,7 +169,10 @@ fn decoders() -> TopicDecoders {
         capacity: 16,
     };
     // Messages carry no schema version, so the registry is never asked.
-    let registry = SchemaRegistry::new(reqwest::Client::new(), "http://127.0.0.1:9");
+    let registry = SchemaRegistry::new(PulsarAdmin::new(
+        reqwest::Client::new(),
+        "http://127.0.0.1:9",
+    ));
     TopicDecoders::new(PayloadDecoder::new(spec, registry).unwrap(), Vec::new())
 }
 

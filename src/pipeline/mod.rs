@@ -27,7 +27,7 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
 use crate::sink::SinkContext;
-use crate::source::pulsar::{PulsarSource, SubscriptionKind};
+use crate::source::pulsar::{PulsarAdmin, PulsarSource, SubscriptionKind};
 use crate::source::{AckMode, SourceError};
 
 /// The runtime could not start or a lane failed.
@@ -71,9 +71,9 @@ pub async fn run(
     health: Arc<Health>,
     cancel: CancellationToken,
 ) -> Result<(), RuntimeError> {
-    let http = service
+    let admin = service
         .pulsar
-        .admin_client()
+        .admin()
         .map_err(|message| RuntimeError::Setup {
             pipeline: "*".into(),
             message,
@@ -86,7 +86,7 @@ pub async fn run(
             service,
             root,
             pulsar: &pulsar,
-            http: &http,
+            admin: &admin,
             metrics: &metrics,
             health: &health,
             cancel: &cancel,
@@ -104,8 +104,7 @@ pub async fn run(
     health.expect_lanes(lanes.len());
     let backlogs = tokio::spawn(watch_backlogs(
         pulsar.clone(),
-        http.clone(),
-        service.pulsar.admin_url.clone(),
+        admin.clone(),
         watched,
         metrics.clone(),
         cancel.clone(),
@@ -138,7 +137,7 @@ struct LaneContext<'a> {
     service: &'a ServiceConfig,
     root: &'a Path,
     pulsar: &'a Pulsar<TokioExecutor>,
-    http: &'a reqwest::Client,
+    admin: &'a PulsarAdmin,
     metrics: &'a Arc<Metrics>,
     health: &'a Arc<Health>,
     cancel: &'a CancellationToken,
@@ -160,7 +159,7 @@ async fn build_lanes(
     };
     let source = &pipeline.source;
     let spec = pipeline.decoder_spec();
-    let registry = SchemaRegistry::new(context.http.clone(), &context.service.pulsar.admin_url);
+    let registry = SchemaRegistry::new(context.admin.clone());
     let template =
         PayloadDecoder::new(spec, registry).map_err(|e| setup(format!("reader schema: {e}")))?;
     let mut checked = Vec::new();

@@ -11,8 +11,9 @@ use arrow::datatypes::{DataType, Float32Type, Float64Type, Schema, SchemaRef};
 
 use super::classify::{classify, Expectations};
 use super::row_decoders::{arrow_schema_of, build_row_decoder, PayloadFormat, RowDecoder};
-use super::{Compatibility, ReaderSchema, RegistryError, SchemaRegistry};
+use super::{Compatibility, ReaderSchema, SchemaRegistry};
 use crate::record::event_time_millis;
+use crate::source::pulsar::AdminError;
 use crate::source::SourceMessage;
 
 /// A message that cannot be decoded, and why; it goes to the dead-letter topic.
@@ -31,7 +32,7 @@ pub struct DecodeFailure {
 pub enum DecodeError {
     /// The schema registry could not be asked for a writer schema.
     #[error(transparent)]
-    Registry(#[from] RegistryError),
+    Registry(#[from] AdminError),
     /// Decoded rows did not fit the output schema (a bug, not bad input).
     #[error("assembling decoded rows: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
@@ -166,7 +167,7 @@ impl PayloadDecoder {
     /// verdicts (`Err` with the reasons for incompatible ones), oldest first.
     pub async fn check_registered_versions(
         &mut self,
-    ) -> Result<Vec<(i64, Result<(), String>)>, RegistryError> {
+    ) -> Result<Vec<(i64, Result<(), String>)>, AdminError> {
         let versions = self.registry.all_versions(&self.spec.topic).await?;
         let mut verdicts = Vec::with_capacity(versions.len());
         for version in versions {
@@ -224,7 +225,7 @@ impl PayloadDecoder {
     }
 
     /// Fetches and checks a writer version the first time it is seen.
-    async fn ensure_writer(&mut self, version: Option<i64>) -> Result<(), RegistryError> {
+    async fn ensure_writer(&mut self, version: Option<i64>) -> Result<(), AdminError> {
         if self.writers.contains_key(&version) {
             return Ok(());
         }
@@ -449,6 +450,7 @@ mod tests {
     use pulsar::message::proto::MessageIdData;
 
     use super::*;
+    use crate::source::pulsar::PulsarAdmin;
     use crate::source::MessagePosition;
 
     const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
@@ -484,7 +486,10 @@ mod tests {
     #[tokio::test]
     async fn bad_payloads_fail_alone_and_good_rows_keep_their_order() {
         let reader = ReaderSchema::parse(std::path::Path::new("t.avsc"), SCHEMA).unwrap();
-        let registry = SchemaRegistry::new(reqwest::Client::new(), "http://127.0.0.1:9");
+        let registry = SchemaRegistry::new(PulsarAdmin::new(
+            reqwest::Client::new(),
+            "http://127.0.0.1:9",
+        ));
         let spec = DecoderSpec {
             topic: "persistent://public/default/t".into(),
             reader: reader.clone(),
@@ -579,7 +584,10 @@ mod tests {
                 reject_non_finite: reject,
                 capacity: 16,
             };
-            let registry = SchemaRegistry::new(reqwest::Client::new(), "http://127.0.0.1:9");
+            let registry = SchemaRegistry::new(PulsarAdmin::new(
+                reqwest::Client::new(),
+                "http://127.0.0.1:9",
+            ));
             let decoded = PayloadDecoder::new(spec, registry)
                 .unwrap()
                 .decode(&messages)

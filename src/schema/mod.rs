@@ -12,7 +12,7 @@ mod topics;
 pub use compatibility::{read_problems, type_name, Compatibility};
 pub use decoder::{DecodeError, DecodeFailure, Decoded, DecoderSpec, PayloadDecoder};
 pub use reader_schema::{ReaderSchema, SchemaError};
-pub use registry::{RegistryError, SchemaRegistry, WriterSchema};
+pub use registry::{SchemaRegistry, WriterSchema};
 pub use row_decoders::PayloadFormat;
 pub use topics::{schema_topic, TopicDecoders};
 

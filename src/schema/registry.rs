@@ -4,42 +4,7 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-/// Failures talking to the schema registry.
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    /// The HTTP request failed (network, timeout).
-    #[error("schema registry request {url} failed: {source}")]
-    Http {
-        /// The URL requested.
-        url: String,
-        /// Why.
-        source: reqwest::Error,
-    },
-    /// The registry answered with an error status.
-    #[error("schema registry {url} answered {status}: {body}")]
-    Status {
-        /// The URL requested.
-        url: String,
-        /// HTTP status.
-        status: u16,
-        /// Response body (truncated).
-        body: String,
-    },
-    /// The topic name is not `persistent://tenant/namespace/topic`.
-    #[error("topic `{0}` is not of the form persistent://tenant/namespace/topic")]
-    BadTopic(String),
-}
-
-impl RegistryError {
-    /// Whether a retry may help (network trouble or a 5xx), as opposed to a missing schema.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            RegistryError::Http { .. } => true,
-            RegistryError::Status { status, .. } => *status >= 500,
-            RegistryError::BadTopic(_) => false,
-        }
-    }
-}
+use crate::source::pulsar::{parse_admin_answer, AdminError, PulsarAdmin, TopicName};
 
 /// One registered writer schema version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,66 +36,29 @@ struct SchemaResponse {
 /// Client for `GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema/{version}` with a cache.
 #[derive(Debug, Clone)]
 pub struct SchemaRegistry {
-    http: reqwest::Client,
-    admin_url: String,
+    admin: PulsarAdmin,
     cache: HashMap<(String, i64), WriterSchema>,
 }
 
 impl SchemaRegistry {
-    /// A client for the broker's admin API at `admin_url` (e.g. `http://127.0.0.1:8080`).
-    pub fn new(http: reqwest::Client, admin_url: &str) -> Self {
+    /// A registry client over the broker's admin API.
+    pub fn new(admin: PulsarAdmin) -> Self {
         Self {
-            http,
-            admin_url: admin_url.trim_end_matches('/').to_string(),
+            admin,
             cache: HashMap::new(),
         }
     }
 
-    /// Sends `request` and returns the body of a successful answer.
-    async fn send(
-        &self,
-        request: reqwest::RequestBuilder,
-        url: &str,
-    ) -> Result<String, RegistryError> {
-        let http_error = |source| RegistryError::Http {
-            url: url.to_string(),
-            source,
-        };
-        let response = request.send().await.map_err(http_error)?;
-        let status = response.status();
-        let body = response.text().await.map_err(http_error)?;
-        if status.is_success() {
-            Ok(body)
-        } else {
-            Err(RegistryError::Status {
-                url: url.to_string(),
-                status: status.as_u16(),
-                body: body.chars().take(500).collect(),
-            })
-        }
-    }
-
-    fn parse<T: serde::de::DeserializeOwned>(url: &str, body: &str) -> Result<T, RegistryError> {
-        serde_json::from_str(body).map_err(|e| RegistryError::Status {
-            url: url.to_string(),
-            status: 200,
-            body: format!(
-                "unexpected answer ({e}): {}",
-                body.chars().take(300).collect::<String>()
-            ),
-        })
-    }
-
     /// Every registered version of `topic`'s schema, oldest first (empty when none).
-    pub async fn all_versions(&mut self, topic: &str) -> Result<Vec<WriterSchema>, RegistryError> {
+    pub async fn all_versions(&mut self, topic: &str) -> Result<Vec<WriterSchema>, AdminError> {
         let path = schema_path(topic)?;
-        let url = format!("{}/admin/v2/schemas/{path}/schemas", self.admin_url);
-        let body = match self.send(self.http.get(&url), &url).await {
+        let request = format!("schemas/{path}/schemas");
+        let body = match self.admin.get(&request).await {
             Ok(body) => body,
-            Err(RegistryError::Status { status: 404, .. }) => return Ok(Vec::new()),
+            Err(e) if e.is_not_found() => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
-        let parsed: AllVersionsResponse = Self::parse(&url, &body)?;
+        let parsed: AllVersionsResponse = parse_admin_answer(&request, &body)?;
         let mut versions: Vec<WriterSchema> = parsed
             .versions
             .into_iter()
@@ -150,16 +78,13 @@ impl SchemaRegistry {
 
     /// Registers `definition` as a new version of `topic`'s schema; the broker refuses it
     /// (409) when its namespace's compatibility strategy does. Returns the version.
-    pub async fn push(
-        &self,
-        topic: &str,
-        kind: &str,
-        definition: &str,
-    ) -> Result<i64, RegistryError> {
+    pub async fn push(&self, topic: &str, kind: &str, definition: &str) -> Result<i64, AdminError> {
         let path = schema_path(topic)?;
-        let url = format!("{}/admin/v2/schemas/{path}/schema", self.admin_url);
         let body = serde_json::json!({"type": kind, "schema": definition, "properties": {}});
-        let answer = self.send(self.http.post(&url).json(&body), &url).await?;
+        let answer = self
+            .admin
+            .post_json(&format!("schemas/{path}/schema"), &body)
+            .await?;
         let version = serde_json::from_str::<serde_json::Value>(&answer)
             .ok()
             .and_then(|v| {
@@ -176,17 +101,15 @@ impl SchemaRegistry {
         &mut self,
         topic: &str,
         version: i64,
-    ) -> Result<WriterSchema, RegistryError> {
+    ) -> Result<WriterSchema, AdminError> {
         let path = schema_path(topic)?;
         if let Some(found) = self.cache.get(&(path.clone(), version)) {
             return Ok(found.clone());
         }
-        let url = format!(
-            "{}/admin/v2/schemas/{path}/schema/{version}",
-            self.admin_url
-        );
-        let body = self.send(self.http.get(&url), &url).await?;
-        let parsed: SchemaResponse = Self::parse(&url, &body)?;
+        let parsed: SchemaResponse = self
+            .admin
+            .get_json(&format!("schemas/{path}/schema/{version}"))
+            .await?;
         let schema = WriterSchema {
             version: if parsed.version == 0 {
                 version
@@ -202,22 +125,8 @@ impl SchemaRegistry {
 }
 
 /// `persistent://t/ns/topic-partition-3` → `t/ns/topic`.
-fn schema_path(topic: &str) -> Result<String, RegistryError> {
-    let rest = topic
-        .strip_prefix("persistent://")
-        .or_else(|| topic.strip_prefix("non-persistent://"))
-        .ok_or_else(|| RegistryError::BadTopic(topic.to_string()))?;
-    let parts: Vec<&str> = rest.split('/').collect();
-    let [tenant, namespace, name] = parts.as_slice() else {
-        return Err(RegistryError::BadTopic(topic.to_string()));
-    };
-    let base = match name.rsplit_once("-partition-") {
-        Some((base, index)) if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) => {
-            base
-        }
-        _ => name,
-    };
-    Ok(format!("{tenant}/{namespace}/{base}"))
+fn schema_path(topic: &str) -> Result<String, AdminError> {
+    Ok(TopicName::parse(topic)?.topic_path())
 }
 
 #[cfg(test)]

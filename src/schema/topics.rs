@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use arrow::datatypes::SchemaRef;
 
 use super::{DecodeError, Decoded, PayloadDecoder};
+use crate::source::pulsar::partitioned_topic;
 use crate::source::SourceMessage;
 
 /// Decoders by topic (partitions share their topic's schemas), created on first sight.
@@ -18,12 +19,7 @@ pub struct TopicDecoders {
 
 /// `persistent://t/n/x-partition-3` → `persistent://t/n/x`: partitions share one schema.
 pub fn schema_topic(topic: &str) -> &str {
-    match topic.rsplit_once("-partition-") {
-        Some((base, index)) if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) => {
-            base
-        }
-        _ => topic,
-    }
+    partitioned_topic(topic)
 }
 
 impl TopicDecoders {

@@ -43,7 +43,10 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
     };
     PayloadDecoder::new(
         spec,
-        SchemaRegistry::new(reqwest::Client::new(), "http://127.0.0.1:9"),
+        SchemaRegistry::new(feature_connector::source::pulsar::PulsarAdmin::new(
+            reqwest::Client::new(),
+            "http://127.0.0.1:9",
+        )),
     )
     .expect("decoder")
 }

@@ -68,6 +68,14 @@ impl PulsarServiceConfig {
         }
     }
 
+    /// The admin REST API client of this cluster.
+    pub fn admin(&self) -> Result<super::PulsarAdmin, String> {
+        Ok(super::PulsarAdmin::new(
+            self.admin_client()?,
+            &self.admin_url,
+        ))
+    }
+
     /// An HTTP client for the admin REST API: the token as a bearer header, the CA trusted.
     pub fn admin_client(&self) -> Result<reqwest::Client, String> {
         let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(10));
@@ -317,14 +325,5 @@ impl PulsarSourceConfig {
 }
 
 fn is_full_topic_name(topic: &str) -> bool {
-    let rest = topic
-        .strip_prefix("persistent://")
-        .or_else(|| topic.strip_prefix("non-persistent://"));
-    match rest {
-        Some(rest) => {
-            let parts: Vec<&str> = rest.split('/').collect();
-            parts.len() == 3 && parts.iter().all(|p| !p.is_empty())
-        }
-        None => false,
-    }
+    super::TopicName::parse(topic).is_ok()
 }

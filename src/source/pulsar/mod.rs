@@ -1,7 +1,9 @@
 //! The Pulsar source: one durable subscription per sink lane, rebuilt when its stream fails.
 
 mod acks;
+mod admin;
 mod config;
+mod topic;
 
 use std::time::Duration;
 
@@ -13,7 +15,9 @@ use pulsar::message::proto::MessageIdData;
 use pulsar::{Consumer, OperationRetryOptions, Pulsar, TokioExecutor};
 
 pub use acks::{acks_for, AckTarget};
+pub use admin::{parse as parse_admin_answer, AdminError, PulsarAdmin};
 pub use config::{PulsarServiceConfig, PulsarSourceConfig, StartPosition, SubscriptionKind};
+pub use topic::{partitioned_topic, BadTopicName, TopicName};
 
 use super::{AckMode, Source, SourceMessage};
 use crate::retry::{Backoff, Cancelled};

@@ -1,0 +1,142 @@
+//! The broker's admin REST API (`/admin/v2/…`): one client for the schema registry, topic
+//! stats and namespace policies, with the service's credentials and CA.
+
+use serde::de::DeserializeOwned;
+
+use super::topic::{BadTopicName, TopicName};
+
+/// A failed admin request.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The HTTP request failed (network, timeout).
+    #[error("Pulsar admin request {url} failed: {source}")]
+    Http {
+        /// The URL requested.
+        url: String,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The broker answered with an error status (or a body that is not what was asked for).
+    #[error("Pulsar admin {url} answered {status}: {body}")]
+    Status {
+        /// The URL requested.
+        url: String,
+        /// HTTP status.
+        status: u16,
+        /// Response body (truncated).
+        body: String,
+    },
+    /// The topic name cannot be turned into an admin path.
+    #[error(transparent)]
+    BadTopic(#[from] BadTopicName),
+}
+
+impl AdminError {
+    /// Whether a retry may help (network trouble or a 5xx), as opposed to a missing object.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            AdminError::Http { .. } => true,
+            AdminError::Status { status, .. } => *status >= 500,
+            AdminError::BadTopic(_) => false,
+        }
+    }
+
+    /// Whether the broker answered 404.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, AdminError::Status { status: 404, .. })
+    }
+}
+
+/// Client of one broker's admin API.
+#[derive(Debug, Clone)]
+pub struct PulsarAdmin {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl PulsarAdmin {
+    /// A client for `admin_url` (e.g. `http://127.0.0.1:8080`) sending with `http`, which
+    /// carries the credentials and CA (see `PulsarServiceConfig::admin_client`).
+    pub fn new(http: reqwest::Client, admin_url: &str) -> Self {
+        Self {
+            http,
+            base: admin_url.trim_end_matches('/').to_string(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/admin/v2/{path}", self.base)
+    }
+
+    /// `GET /admin/v2/{path}`: the body of a successful answer.
+    pub async fn get(&self, path: &str) -> Result<String, AdminError> {
+        let url = self.url(path);
+        send(self.http.get(&url), url).await
+    }
+
+    /// `POST /admin/v2/{path}` with a JSON body: the body of a successful answer.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<String, AdminError> {
+        let url = self.url(path);
+        send(self.http.post(&url).json(body), url).await
+    }
+
+    /// `GET /admin/v2/{path}` parsed as `T`.
+    pub async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, AdminError> {
+        let body = self.get(path).await?;
+        parse(&self.url(path), &body)
+    }
+
+    /// The broker's stats of one topic or partition (`…/stats`).
+    pub async fn topic_stats(&self, topic: &str) -> Result<serde_json::Value, AdminError> {
+        let name = TopicName::parse(topic)?;
+        self.get_json(&format!("{}/{}/stats", name.domain, name.admin_path()))
+            .await
+    }
+
+    /// The retention policy of `namespace` (`tenant/namespace`).
+    pub async fn namespace_retention(
+        &self,
+        namespace: &str,
+    ) -> Result<serde_json::Value, AdminError> {
+        self.get_json(&format!("namespaces/{namespace}/retention"))
+            .await
+    }
+}
+
+async fn send(request: reqwest::RequestBuilder, url: String) -> Result<String, AdminError> {
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(source) => return Err(AdminError::Http { url, source }),
+    };
+    let status = response.status();
+    let body = match response.text().await {
+        Ok(body) => body,
+        Err(source) => return Err(AdminError::Http { url, source }),
+    };
+    if status.is_success() {
+        Ok(body)
+    } else {
+        Err(AdminError::Status {
+            url,
+            status: status.as_u16(),
+            body: body.chars().take(500).collect(),
+        })
+    }
+}
+
+/// Parses an answer; a body of the wrong shape is reported like an error status.
+pub fn parse<T: DeserializeOwned>(url: &str, body: &str) -> Result<T, AdminError> {
+    serde_json::from_str(body).map_err(|e| AdminError::Status {
+        url: url.to_string(),
+        status: 200,
+        body: format!(
+            "unexpected answer ({e}): {}",
+            body.chars().take(300).collect::<String>()
+        ),
+    })
+}
