@@ -19,7 +19,6 @@ use feature_connector::record::RowBatch;
 use feature_connector::sink::delta::{DeltaSink, OfflineSinkConfig, OfflineStore, TableSpec};
 use feature_connector::sink::Sink;
 use feature_connector::source::MessagePosition;
-use pulsar::message::proto::MessageIdData;
 use tokio_util::sync::CancellationToken;
 
 fn flag(args: &[String], name: &str, default: &str) -> String {
@@ -95,12 +94,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 entry[partition] += 1;
                 MessagePosition {
                     topic: format!("{topic}-partition-{partition}"),
-                    id: MessageIdData {
-                        ledger_id: 1,
-                        entry_id: entry[partition],
-                        ..Default::default()
-                    },
-                    batch_size: None,
+                    offset: (1, entry[partition], -1),
+                    entry_size: None,
                 }
             })
             .collect();

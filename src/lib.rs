@@ -12,7 +12,6 @@ pub mod metrics;
 pub mod pipeline;
 pub mod record;
 pub mod retry;
-pub mod sample;
 pub mod schema;
 pub mod sink;
 pub mod source;

@@ -58,7 +58,7 @@ impl Backoff {
         error: &(dyn Display + Sync),
     ) -> Result<(), Cancelled> {
         let delay = self.next_delay();
-        tracing::warn!(error = %error, retry_in = ?delay, attempt = self.attempts, "{what}; retrying");
+        tracing::warn!(error = %error, retry_in = ?delay, attempt = self.attempts, "{what}, retrying");
         tokio::select! {
             biased;
             () = cancel.cancelled() => Err(Cancelled),

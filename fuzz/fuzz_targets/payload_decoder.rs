@@ -50,8 +50,8 @@ fn message(payload: &[u8]) -> SourceMessage {
     SourceMessage {
         position: MessagePosition {
             topic: "persistent://public/default/fuzz".into(),
-            id: Default::default(),
-            batch_size: None,
+            offset: (0, 0, -1),
+            entry_size: None,
         },
         payload: payload.to_vec(),
         schema_version: None,

@@ -64,11 +64,22 @@ pub async fn backfill(args: BackfillArgs) -> ExitCode {
         to_ms,
         offline_url: args.offline_url.clone(),
     };
+    // Ctrl-C stops the read and commits what was read (the next run goes on from there).
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let interrupt = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                cancel.cancel();
+            }
+        })
+    };
     let result = run_backfill(
         &service,
         pipeline,
         args.config.root(),
         &range,
+        cancel,
         |done, total| {
             if let Some(total) = total {
                 bar.set_length(total.max(done));
@@ -77,6 +88,7 @@ pub async fn backfill(args: BackfillArgs) -> ExitCode {
         },
     )
     .await;
+    interrupt.abort();
     bar.finish_and_clear();
     match result {
         Ok(summary) => {

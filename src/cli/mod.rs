@@ -4,7 +4,6 @@
 mod backfill;
 mod get;
 mod offline;
-mod pacing;
 mod produce;
 mod run;
 mod schemas;
@@ -34,7 +33,9 @@ enum Command {
     Run(ConfigArgs),
     /// Check the service file, every pipeline file and their schemas; exit 2 on problems.
     Validate(ConfigArgs),
-    /// Publish deterministic sample Avro events to a pipeline's topic.
+    /// Publish deterministic sample Avro events to a pipeline's topic (runs the separate
+    /// `feature-connector-loadgen` binary installed beside this one).
+    #[command(disable_help_flag = true)]
     Produce(produce::ProduceArgs),
     /// Read a retained topic into a pipeline's offline store only (idempotent).
     Backfill(backfill::BackfillArgs),
@@ -88,7 +89,7 @@ impl ConfigArgs {
 
     /// Loads the config and picks the pipeline `name`; prints why not and gives the exit
     /// code otherwise.
-    fn load_pipeline(&self, name: &str) -> Result<(ServiceConfig, PipelineConfig), ExitCode> {
+    pub fn load_pipeline(&self, name: &str) -> Result<(ServiceConfig, PipelineConfig), ExitCode> {
         let (service, pipelines) = self.load().map_err(|e| {
             print_config_error(&e);
             ExitCode::from(EXIT_CONFIG)
@@ -130,7 +131,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Validate(args) => validate::validate(&args),
-            Command::Produce(args) => produce::produce(args).await,
+            Command::Produce(args) => produce::produce(&args),
             Command::Schemas(args) => schemas::schemas(args).await,
             Command::Get(args) => get::get(args).await,
             Command::Backfill(args) => backfill::backfill(args).await,
@@ -139,7 +140,8 @@ pub fn main() -> ExitCode {
     })
 }
 
-fn init_logging() {
+/// Logs to stderr, filtered by `RUST_LOG`; JSON lines when `FC_LOG_FORMAT=json`.
+pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(
             "info,pulsar=warn,buoyant_kernel=off,deltalake_core=error",

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::PipelineConfig;
-use crate::schema::{schema_topic, Compatibility, ReaderSchema, SchemaRegistry};
+use crate::schema::{check_writer, schema_topic, Compatibility, SchemaRegistry, WriterRejected};
 use crate::source::pulsar::{resolve_partitions, PulsarServiceConfig, PulsarSource};
 
 /// Options of `schemas`.
@@ -147,35 +147,18 @@ async fn check(registry: &mut SchemaRegistry, pipeline: &PipelineConfig, topic: 
     let mut all_ok = true;
     for version in versions {
         let label = format!("{}: {topic} version {}", pipeline.name, version.version);
-        if !version
-            .kind
-            .eq_ignore_ascii_case(pipeline.format.registry_type())
-        {
-            println!(
-                "{label}: incompatible: type {} (the pipeline reads {})",
-                version.kind,
-                pipeline.format.registry_type()
-            );
-            all_ok = false;
-            continue;
-        }
-        let writer =
-            match ReaderSchema::parse(std::path::Path::new("<registry>"), &version.definition) {
-                Ok(writer) => writer,
-                Err(e) => {
-                    println!("{label}: incompatible: {e}");
-                    all_ok = false;
-                    continue;
+        match check_writer(&pipeline.schema, pipeline.format, strategy, &version) {
+            Ok(_) => println!("{label}: compatible ({strategy:?})"),
+            Err(WriterRejected::Incompatible { problems, .. }) => {
+                all_ok = false;
+                println!("{label}: incompatible ({strategy:?})");
+                for problem in problems {
+                    println!("  {problem}");
                 }
-            };
-        let problems = strategy.problems(&pipeline.schema.avro, &writer.avro);
-        if problems.is_empty() {
-            println!("{label}: compatible ({strategy:?})");
-        } else {
-            all_ok = false;
-            println!("{label}: incompatible ({strategy:?})");
-            for problem in problems {
-                println!("  {problem}");
+            }
+            Err(rejected) => {
+                all_ok = false;
+                println!("{label}: incompatible: {rejected}");
             }
         }
     }

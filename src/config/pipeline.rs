@@ -132,6 +132,7 @@ impl PipelineConfig {
             builders.push(Box::new(DeltaSinkBuilder {
                 service: service.offline.clone(),
                 config: offline.clone(),
+                gap_grace: None,
             }));
         }
         builders

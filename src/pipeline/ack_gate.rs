@@ -13,7 +13,7 @@ use crate::source::MessagePosition;
 #[derive(Debug)]
 pub struct AckGate {
     sinks: usize,
-    owed: HashMap<(String, u64, u64, i32), usize>,
+    owed: HashMap<MessagePosition, usize>,
 }
 
 impl AckGate {
@@ -29,7 +29,7 @@ impl AckGate {
     pub fn received(&mut self, positions: &[MessagePosition]) {
         if self.sinks > 1 {
             for position in positions {
-                self.owed.insert(position.key(), self.sinks);
+                self.owed.insert(position.clone(), self.sinks);
             }
         }
     }
@@ -43,14 +43,13 @@ impl AckGate {
         positions
             .into_iter()
             .filter(|position| {
-                let key = position.key();
-                match self.owed.get_mut(&key) {
+                match self.owed.get_mut(position) {
                     Some(owed) if *owed > 1 => {
                         *owed -= 1;
                         false
                     }
                     Some(_) => {
-                        self.owed.remove(&key);
+                        self.owed.remove(position);
                         true
                     }
                     None => {
@@ -71,24 +70,18 @@ impl AckGate {
 
 #[cfg(test)]
 mod tests {
-    use pulsar::message::proto::MessageIdData;
-
     use super::*;
 
     fn at(entry: u64) -> MessagePosition {
         MessagePosition {
             topic: "t".into(),
-            id: MessageIdData {
-                ledger_id: 1,
-                entry_id: entry,
-                ..Default::default()
-            },
-            batch_size: None,
+            offset: (1, entry, -1),
+            entry_size: None,
         }
     }
 
     fn entries(positions: &[MessagePosition]) -> Vec<u64> {
-        positions.iter().map(|p| p.id.entry_id).collect()
+        positions.iter().map(|p| p.offset.1).collect()
     }
 
     #[test]

@@ -1,26 +1,25 @@
-//! Backfill: read a topic from the start (or a time) with a non-durable Pulsar reader into a
-//! pipeline's offline table only, through the same commit path as the live pipeline. Idempotent,
-//! also next to a running pipeline: rows of messages the table already holds are skipped, and a
-//! commit that races the live pipeline's commit of the same partition is re-checked.
+//! Backfill: a lane over a finite source (non-durable Pulsar readers from the first retained
+//! message, or a time) into a pipeline's offline table only, through the same decode, dead
+//! letter, retry and commit path as the live pipeline. Idempotent, also next to a running
+//! pipeline: rows of messages the table already holds are skipped, and a commit that races
+//! the live pipeline's commit of the same partition is re-checked.
 
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use pulsar::consumer::{ConsumerOptions, InitialPosition};
-use pulsar::reader::Reader;
-use pulsar::{Pulsar, TokioExecutor};
 use tokio_util::sync::CancellationToken;
 
-use super::RuntimeError;
+use super::{DeadLetter, Lane, RuntimeError};
 use crate::config::{PipelineConfig, ServiceConfig};
-use crate::record::RowBatch;
+use crate::health::Health;
+use crate::metrics::{LaneLabels, Metrics};
 use crate::schema::{PayloadDecoder, SchemaRegistry, TopicDecoders};
-use crate::sink::delta::{DeltaSink, OfflineStore, TableError, TableSpec};
-use crate::sink::Sink;
+use crate::sink::delta::DeltaSinkBuilder;
+use crate::sink::{SinkBuilder, SinkContext};
 use crate::source::pulsar::{
-    resolve_partitions, MessagePosition, PulsarAdmin, PulsarSource, TopicName,
+    resolve_partitions, PublishRange, PulsarAdmin, PulsarReaderSource, PulsarSource, TopicName,
 };
-use crate::source::SourceMessage;
 
 /// What to read.
 #[derive(Debug, Clone)]
@@ -40,7 +39,7 @@ pub struct BackfillSummary {
     pub messages: u64,
     /// Rows handed to the offline sink (before skipping rows already committed).
     pub rows: u64,
-    /// Messages that could not be decoded (not written; the live pipeline dead-letters them).
+    /// Messages that could not be decoded (not written; published to the dead-letter topic).
     pub undecodable: u64,
     /// Files in the table afterwards.
     pub files: usize,
@@ -57,12 +56,14 @@ pub struct BackfillSummary {
     pub seconds: f64,
 }
 
-/// Runs the backfill, calling `progress(messages_so_far, estimated_total)` as it goes.
+/// Runs the backfill, calling `progress(messages_so_far, estimated_total)` as it goes;
+/// `cancel` (e.g. Ctrl-C) stops it after committing what it has read.
 pub async fn backfill(
     service: &ServiceConfig,
     pipeline: &PipelineConfig,
     root: &std::path::Path,
     range: &BackfillRange,
+    cancel: CancellationToken,
     progress: impl Fn(u64, Option<u64>),
 ) -> Result<BackfillSummary, RuntimeError> {
     let started = Instant::now();
@@ -70,39 +71,39 @@ pub async fn backfill(
         pipeline: pipeline.name.clone(),
         message,
     };
-    let offline = pipeline
+    let mut offline = pipeline
         .offline
         .clone()
         .ok_or_else(|| setup("the pipeline has no offline sink".into()))?;
+    if let Some(url) = &range.offline_url {
+        let unknown = serde_saphyr::Location::UNKNOWN;
+        offline.url = Some(crate::config::Spanned::new(url.clone(), unknown, unknown));
+    }
     let admin = service.pulsar.admin().map_err(setup)?;
-    let spec = pipeline.decoder_spec();
-    let template = PayloadDecoder::new(spec, SchemaRegistry::new(admin.clone()))
+    let template = PayloadDecoder::new(pipeline.decoder_spec(), SchemaRegistry::new(admin.clone()))
         .map_err(|e| setup(format!("reader schema: {e}")))?;
-    let mut decoder = TopicDecoders::new(template, Vec::new());
-    let url = range
-        .offline_url
-        .clone()
-        .or_else(|| offline.url.as_ref().map(|u| u.value.clone()))
-        .unwrap_or_else(|| service.offline.default_url.clone());
-    let store = OfflineStore::open(&url, root, &service.offline.options)
+    let decoder = TopicDecoders::new(template, Vec::new());
+    let metrics = Arc::new(Metrics::new());
+    let context = SinkContext {
+        pipeline: pipeline.name.clone(),
+        rows: pipeline.row_layout(),
+        output_schema: decoder.output_schema(),
+        schema_fingerprint: pipeline.schema.fingerprint(),
+        root: root.to_path_buf(),
+        metrics: metrics.clone(),
+        health: Arc::new(Health::default()),
+        cancel: cancel.clone(),
+    };
+    let builder = DeltaSinkBuilder {
+        service: service.offline.clone(),
+        config: offline,
+        // A range that starts after what the table holds must not claim the messages before it.
+        gap_grace: Some(Duration::MAX),
+    };
+    let sink = builder
+        .build(&context)
+        .await
         .map_err(|e| setup(e.to_string()))?;
-    let spec = TableSpec::new(
-        &store,
-        &pipeline.name,
-        &decoder.output_schema(),
-        &pipeline.event_time,
-        &offline,
-    )
-    .map_err(|e| setup(format!("offline table: {e}")))?;
-    let (table, _) = spec.open().await.map_err(|e| match e {
-        TableError::Refused(why) => setup(format!("offline table: {why}")),
-        other => setup(format!("offline table: {other}")),
-    })?;
-    let mut sink = DeltaSink::new(spec.clone(), offline, Some(table), CancellationToken::new());
-    // A range that starts after what the table holds must not claim the messages before it.
-    sink.set_gap_grace(std::time::Duration::MAX);
-    sink.set_schema_fingerprint(pipeline.schema.fingerprint());
-    sink.start().await.map_err(|e| setup(e.to_string()))?;
 
     let pulsar = PulsarSource::connect(&service.pulsar).await?;
     let partitions = resolve_partitions(&pulsar, &pipeline.source)
@@ -114,21 +115,61 @@ pub async fn backfill(
         estimate = Some(estimate.unwrap_or(0) + count.unwrap_or(0));
     }
     let estimate = estimate.filter(|n| *n > 0);
-    let mut summary = BackfillSummary::default();
-    let mut batches = BatchTarget {
-        decoder: &mut decoder,
-        sink: &mut sink,
+    let source = PulsarReaderSource::new(
+        pulsar.clone(),
+        partitions.clone(),
+        PublishRange {
+            from_ms: range.from_ms,
+            to_ms: range.to_ms,
+        },
+    );
+    let read = source.read_counter();
+    let lane = Lane {
+        pipeline: pipeline.name.clone(),
+        source: Box::new(source),
+        decoder,
+        sinks: vec![sink],
+        dead_letter: Some(DeadLetter::new(
+            pulsar,
+            pipeline.source.dead_letter_topic(),
+            &pipeline.name,
+            cancel.clone(),
+        )),
         max_batch: pipeline.source.max_batch_messages.max(1),
+        linger: pipeline.source.max_batch_wait,
+        cancel,
+        metrics: metrics.clone(),
+        health: context.health.clone(),
     };
-    for partition in &partitions {
-        read_partition(&pulsar, partition, range, &mut batches, &mut summary, |n| {
-            progress(n, estimate)
-        })
-        .await
-        .map_err(|e| setup(format!("{partition}: {e}")))?;
-    }
-    sink.flush().await.map_err(|e| setup(e.to_string()))?;
-    summary.left_out = sink.buffered_rows() as u64;
+    let name = lane.name();
+    let running = lane.run_to_end();
+    tokio::pin!(running);
+    let mut ticks = tokio::time::interval(Duration::from_millis(200));
+    let (outcome, sinks) = loop {
+        tokio::select! {
+            finished = &mut running => break finished,
+            _ = ticks.tick() => progress(read.load(Ordering::Relaxed), estimate),
+        }
+    };
+    outcome?;
+    let messages = read.load(Ordering::Relaxed);
+    progress(messages, estimate);
+    let labels = LaneLabels {
+        pipeline: pipeline.name.clone(),
+        sink: name,
+    };
+    let received = metrics.messages_received.get_or_create(&labels).get();
+    let decoded = metrics.messages_decoded.get_or_create(&labels).get();
+    let mut summary = BackfillSummary {
+        messages,
+        rows: metrics.rows_written.get_or_create(&labels).get(),
+        undecodable: received.saturating_sub(decoded),
+        left_out: sinks.iter().map(|sink| sink.pending_rows() as u64).sum(),
+        ..BackfillSummary::default()
+    };
+    let spec = builder
+        .table_spec(&context)
+        .map_err(|e| setup(e.to_string()))?;
     let (table, _) = spec.open().await.map_err(|e| setup(e.to_string()))?;
     let files = table
         .active_files()
@@ -142,102 +183,6 @@ pub async fn backfill(
     }
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
-}
-
-/// Where a backfill's batches go.
-struct BatchTarget<'a> {
-    decoder: &'a mut TopicDecoders,
-    sink: &'a mut DeltaSink,
-    max_batch: usize,
-}
-
-/// Reads one topic partition from its start up to its last message at the time of the call.
-async fn read_partition(
-    pulsar: &Pulsar<TokioExecutor>,
-    partition: &str,
-    range: &BackfillRange,
-    target: &mut BatchTarget<'_>,
-    summary: &mut BackfillSummary,
-    progress: impl Fn(u64),
-) -> Result<(), String> {
-    let mut reader = open_reader(pulsar, partition)
-        .await
-        .map_err(|e| format!("cannot open a reader: {e}"))?;
-    let last = reader
-        .get_last_message_id()
-        .await
-        .map_err(|e| format!("cannot read the last message id: {e}"))?;
-    // An empty topic answers with entry -1 (as u64::MAX).
-    let mut done = last.entry_id == u64::MAX || last.ledger_id == u64::MAX;
-    while !done {
-        let mut messages: Vec<SourceMessage> = Vec::with_capacity(target.max_batch);
-        while messages.len() < target.max_batch && !done {
-            let Some(next) = reader.next().await else {
-                done = true;
-                break;
-            };
-            let message = next.map_err(|e| format!("reading the topic: {e}"))?;
-            let id = message.message_id.id.clone();
-            let position = MessagePosition {
-                topic: message.topic.clone(),
-                id: id.clone(),
-                batch_size: message.message_id.batch_size,
-            };
-            let at_end = (id.ledger_id, id.entry_id) >= (last.ledger_id, last.entry_id)
-                && position.completes_entry();
-            let published = message.payload.metadata.publish_time;
-            let in_range = range.from_ms.is_none_or(|from| published >= from);
-            if range.to_ms.is_some_and(|to| published > to) {
-                done = true;
-                break;
-            }
-            summary.messages += 1;
-            if in_range {
-                messages.push(PulsarSource::message(message));
-            }
-            done |= at_end;
-        }
-        if !messages.is_empty() {
-            let decoded = target
-                .decoder
-                .decode(&messages)
-                .await
-                .map_err(|e| e.to_string())?;
-            summary.undecodable += decoded.failures.len() as u64;
-            summary.rows += decoded.rows.num_rows() as u64;
-            target
-                .sink
-                .write(RowBatch {
-                    rows: decoded.rows,
-                    publish_times_ms: messages.iter().map(|m| m.publish_time_ms).collect(),
-                    positions: messages.into_iter().map(|m| m.position).collect(),
-                    row_positions: decoded.row_messages,
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        progress(summary.messages);
-    }
-    Ok(())
-}
-
-async fn open_reader(
-    pulsar: &Pulsar<TokioExecutor>,
-    topic: &str,
-) -> Result<Reader<Vec<u8>, TokioExecutor>, pulsar::Error> {
-    pulsar
-        .reader()
-        .with_topic(topic)
-        .with_subscription(format!(
-            "feature-connector-backfill-{}",
-            uuid::Uuid::new_v4()
-        ))
-        .with_options(ConsumerOptions {
-            initial_position: InitialPosition::Earliest,
-            ..Default::default()
-        })
-        .into_reader()
-        .await
 }
 
 /// Messages published to the topic (broker stats), for the progress bar's ETA.

@@ -99,7 +99,7 @@ impl DeadLetter {
                 builder = builder.with_property(key.clone(), value.clone());
             }
             builder = builder
-                .with_property("reason", failure.reason)
+                .with_property("reason", failure.reason.as_str())
                 .with_property("reason_detail", failure.detail.clone())
                 .with_property("pipeline", self.pipeline.clone())
                 .with_property("original_topic", message.position.topic.clone())

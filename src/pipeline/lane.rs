@@ -94,6 +94,12 @@ impl Lane {
 
     /// Runs until shutdown, then flushes the sinks and acknowledges what they committed.
     pub async fn run(self) -> Result<(), LaneError> {
+        self.run_to_end().await.0
+    }
+
+    /// Like [`Lane::run`] (also ending when a finite source is exhausted), and hands back
+    /// the sinks so that the caller can ask what they still hold.
+    pub async fn run_to_end(self) -> (Result<(), LaneError>, Vec<Box<dyn Sink>>) {
         let name = self.name();
         let gate = AckGate::new(self.sinks.len());
         let span = tracing::info_span!("lane", pipeline = %self.pipeline, sink = %name);
@@ -102,7 +108,8 @@ impl Lane {
             name,
             gate,
         };
-        async move { running.run().await }.instrument(span).await
+        let outcome = running.run().instrument(span).await;
+        (outcome, running.lane.sinks)
     }
 }
 
@@ -167,6 +174,9 @@ impl Running {
                 batch = lane.source.next_batch(lane.max_batch, lane.linger, IDLE_TICK) => batch,
             };
             let messages = messages.map_err(|source| self.source_error(source))?;
+            if messages.is_empty() && self.lane.source.exhausted() {
+                return Ok(());
+            }
             if !messages.is_empty() {
                 if tracing::enabled!(tracing::Level::TRACE) {
                     for message in &messages {
@@ -298,7 +308,7 @@ impl Running {
     ) -> Result<bool, LaneError> {
         for failure in failures {
             if let Some(message) = messages.get(failure.index) {
-                tracing::warn!(message_id = %message.position.display_id(), reason = failure.reason, detail = %failure.detail, "message cannot be decoded");
+                tracing::warn!(message_id = %message.position.display_id(), reason = failure.reason.as_str(), detail = %failure.detail, "message cannot be decoded");
             }
         }
         let Some(dead_letter) = self.lane.dead_letter.as_mut() else {

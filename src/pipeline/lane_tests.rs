@@ -4,7 +4,6 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use pulsar::message::proto::MessageIdData;
 
 use super::*;
 use crate::schema::{
@@ -46,7 +45,7 @@ impl Source for MemorySource {
 
     async fn ack(&mut self, positions: &[MessagePosition]) -> Result<(), SourceError> {
         let mut log = self.0.lock().unwrap();
-        log.acked.extend(positions.iter().map(|p| p.id.entry_id));
+        log.acked.extend(positions.iter().map(|p| p.offset.1));
         Ok(())
     }
 
@@ -59,11 +58,11 @@ impl Source for MemorySource {
 #[derive(Clone, Copy, PartialEq)]
 enum Durability {
     /// As soon as `write` returns (like the Redis sink).
-    OnWrite,
+    Write,
     /// On a tick once `release` is set (like a rollover, or a store that came back).
-    OnRelease,
+    Release,
     /// Only on flush.
-    OnFlush,
+    Flush,
 }
 
 #[derive(Default)]
@@ -82,7 +81,7 @@ struct MemorySink {
 }
 
 impl MemorySink {
-    fn new(kind: &'static str, durability: Durability) -> (Box<dyn Sink>, Arc<Mutex<SinkLog>>) {
+    fn boxed(kind: &'static str, durability: Durability) -> (Box<dyn Sink>, Arc<Mutex<SinkLog>>) {
         let log = Arc::new(Mutex::new(SinkLog::default()));
         let sink = MemorySink {
             kind,
@@ -104,11 +103,11 @@ impl Sink for MemorySink {
         {
             let mut log = self.log.lock().unwrap();
             if std::mem::take(&mut log.fail_next_write) {
-                return Err(SinkError::Fatal("disk full".into()));
+                return Err(SinkError::fatal("disk full"));
             }
             log.rows += batch.rows.num_rows();
         }
-        if self.durability == Durability::OnWrite {
+        if self.durability == Durability::Write {
             return Ok(batch.positions);
         }
         self.held.extend(batch.positions);
@@ -117,7 +116,7 @@ impl Sink for MemorySink {
 
     async fn tick(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
         let release = self.log.lock().unwrap().release;
-        if self.durability == Durability::OnRelease && release {
+        if self.durability == Durability::Release && release {
             return Ok(std::mem::take(&mut self.held));
         }
         Ok(Vec::new())
@@ -133,12 +132,8 @@ fn message(entry: u64, payload: &str) -> SourceMessage {
     SourceMessage {
         position: MessagePosition {
             topic: "persistent://public/default/t".into(),
-            id: MessageIdData {
-                ledger_id: 1,
-                entry_id: entry,
-                ..Default::default()
-            },
-            batch_size: None,
+            offset: (1, entry, -1),
+            entry_size: None,
         },
         payload: payload.as_bytes().to_vec(),
         schema_version: None,
@@ -232,7 +227,7 @@ impl Harness {
 
 #[tokio::test]
 async fn acks_what_the_sink_made_durable_in_receive_order() {
-    let (sink, log) = MemorySink::new("online", Durability::OnWrite);
+    let (sink, log) = MemorySink::boxed("online", Durability::Write);
     let lane = start((1..=10).map(good).collect(), vec![sink]);
     lane.until(|log| log.acked.len() == 10).await;
     assert_eq!(lane.acked(), (1..=10).collect::<Vec<_>>());
@@ -244,8 +239,8 @@ async fn acks_what_the_sink_made_durable_in_receive_order() {
 
 #[tokio::test]
 async fn two_sinks_ack_only_what_both_have() {
-    let (fast, _) = MemorySink::new("online", Durability::OnWrite);
-    let (slow, slow_log) = MemorySink::new("offline", Durability::OnRelease);
+    let (fast, _) = MemorySink::boxed("online", Durability::Write);
+    let (slow, slow_log) = MemorySink::boxed("offline", Durability::Release);
     let lane = start((1..=6).map(good).collect(), vec![fast, slow]);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
@@ -260,7 +255,7 @@ async fn two_sinks_ack_only_what_both_have() {
 
 #[tokio::test]
 async fn a_sink_that_recovers_gets_its_messages_acked_then_and_not_before() {
-    let (sink, log) = MemorySink::new("offline", Durability::OnRelease);
+    let (sink, log) = MemorySink::boxed("offline", Durability::Release);
     let lane = start((1..=3).map(good).collect(), vec![sink]);
     tokio::time::sleep(Duration::from_millis(60)).await;
     assert!(lane.acked().is_empty());
@@ -275,8 +270,8 @@ async fn a_sink_that_recovers_gets_its_messages_acked_then_and_not_before() {
 
 #[tokio::test]
 async fn shutdown_flushes_every_sink_and_acks_what_they_committed() {
-    let (online, online_log) = MemorySink::new("online", Durability::OnWrite);
-    let (offline, offline_log) = MemorySink::new("offline", Durability::OnFlush);
+    let (online, online_log) = MemorySink::boxed("online", Durability::Write);
+    let (offline, offline_log) = MemorySink::boxed("offline", Durability::Flush);
     let lane = start((1..=7).map(good).collect(), vec![online, offline]);
     tokio::time::sleep(Duration::from_millis(80)).await;
     assert!(lane.acked().is_empty());
@@ -290,7 +285,7 @@ async fn shutdown_flushes_every_sink_and_acks_what_they_committed() {
 
 #[tokio::test]
 async fn an_undecodable_message_is_acked_with_the_rows_and_not_written() {
-    let (sink, log) = MemorySink::new("online", Durability::OnWrite);
+    let (sink, log) = MemorySink::boxed("online", Durability::Write);
     let messages = vec![good(1), message(2, "{not json"), good(3)];
     let lane = start(messages, vec![sink]);
     lane.until(|log| log.acked.len() == 3).await;
@@ -301,7 +296,7 @@ async fn an_undecodable_message_is_acked_with_the_rows_and_not_written() {
 
 #[tokio::test]
 async fn a_fatal_sink_error_stops_the_lane_with_its_cause_and_acks_nothing_of_it() {
-    let (sink, log) = MemorySink::new("offline", Durability::OnWrite);
+    let (sink, log) = MemorySink::boxed("offline", Durability::Write);
     log.lock().unwrap().fail_next_write = true;
     let lane = start((1..=2).map(good).collect(), vec![sink]);
     let outcome = tokio::time::timeout(Duration::from_secs(5), lane.task)

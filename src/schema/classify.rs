@@ -3,6 +3,7 @@
 use apache_avro::types::Value;
 use apache_avro::Schema;
 
+use super::reason::DeadLetterReason;
 use super::row_decoders::PayloadFormat;
 
 /// What the classifier needs about the pipeline.
@@ -20,25 +21,29 @@ pub struct Expectations<'a> {
 }
 
 /// `(reason, detail)` for a payload that failed with `error`.
-pub fn classify(expect: &Expectations<'_>, payload: &[u8], error: &str) -> (&'static str, String) {
+pub fn classify(
+    expect: &Expectations<'_>,
+    payload: &[u8],
+    error: &str,
+) -> (DeadLetterReason, String) {
     let found = match expect.format {
         PayloadFormat::Avro => classify_avro(expect, payload, error),
         PayloadFormat::Json => classify_json(expect, payload),
     };
-    found.unwrap_or(("undecodable", error.to_string()))
+    found.unwrap_or((DeadLetterReason::Undecodable, error.to_string()))
 }
 
 fn classify_avro(
     expect: &Expectations<'_>,
     payload: &[u8],
     error: &str,
-) -> Option<(&'static str, String)> {
+) -> Option<(DeadLetterReason, String)> {
     if error.starts_with("EOF")
         || error.contains("NeedMoreData")
         || error.contains("Unexpected EOF")
     {
         return Some((
-            "truncated",
+            DeadLetterReason::Truncated,
             format!(
                 "payload of {} bytes ends inside the datum: {error}",
                 payload.len()
@@ -46,7 +51,7 @@ fn classify_avro(
         ));
     }
     if error.contains("trailing bytes") {
-        return Some(("trailing_bytes", error.to_string()));
+        return Some((DeadLetterReason::TrailingBytes, error.to_string()));
     }
     let mut reader = payload;
     let value = match apache_avro::reader::datum::GenericDatumReader::builder(expect.writer)
@@ -60,7 +65,7 @@ fn classify_avro(
             let why = format!("{e:?}");
             if why.contains("UnexpectedEof") || why.contains("failed to fill whole buffer") {
                 return Some((
-                    "truncated",
+                    DeadLetterReason::Truncated,
                     format!(
                         "payload of {} bytes ends inside the datum ({e})",
                         payload.len()
@@ -76,13 +81,21 @@ fn classify_avro(
     null_in_non_null(expect, fields.iter().map(|(k, v)| (k.as_str(), is_null(v))))
 }
 
-fn classify_json(expect: &Expectations<'_>, payload: &[u8]) -> Option<(&'static str, String)> {
+fn classify_json(expect: &Expectations<'_>, payload: &[u8]) -> Option<(DeadLetterReason, String)> {
     let value: serde_json::Value = match serde_json::from_slice(payload) {
         Ok(value) => value,
-        Err(e) => return Some(("undecodable", format!("not valid JSON: {e}"))),
+        Err(e) => {
+            return Some((
+                DeadLetterReason::Undecodable,
+                format!("not valid JSON: {e}"),
+            ))
+        }
     };
     let serde_json::Value::Object(object) = value else {
-        return Some(("undecodable", "payload is not a JSON object".into()));
+        return Some((
+            DeadLetterReason::Undecodable,
+            "payload is not a JSON object".into(),
+        ));
     };
     let Schema::Record(reader) = expect.reader else {
         return None;
@@ -92,11 +105,11 @@ fn classify_json(expect: &Expectations<'_>, payload: &[u8]) -> Option<(&'static 
             continue;
         }
         let reason = if expect.keys.contains(&field.name) {
-            "missing_entity_key"
+            DeadLetterReason::MissingEntityKey
         } else if field.name == expect.event_time {
-            "missing_event_time"
+            DeadLetterReason::MissingEventTime
         } else {
-            "missing_field"
+            DeadLetterReason::MissingField
         };
         return Some((
             reason,
@@ -112,7 +125,7 @@ fn classify_json(expect: &Expectations<'_>, payload: &[u8]) -> Option<(&'static 
 fn null_in_non_null<'a>(
     expect: &Expectations<'_>,
     fields: impl Iterator<Item = (&'a str, bool)>,
-) -> Option<(&'static str, String)> {
+) -> Option<(DeadLetterReason, String)> {
     let Schema::Record(reader) = expect.reader else {
         return None;
     };
@@ -125,7 +138,7 @@ fn null_in_non_null<'a>(
         };
         if !nullable(&field.schema) {
             return Some((
-                "null_in_non_null_field",
+                DeadLetterReason::NullInNonNullField,
                 format!("field `{name}` is null but the pipeline schema does not allow null"),
             ));
         }
@@ -178,14 +191,21 @@ mod tests {
         };
         // id "a", t 1, n = union branch 0 (null)
         assert_eq!(
-            classify(&avro, &[2, b'a', 2, 0], "branch not resolvable").0,
+            classify(&avro, &[2, b'a', 2, 0], "branch not resolvable")
+                .0
+                .as_str(),
             "null_in_non_null_field"
         );
         assert_eq!(
-            classify(&avro, &[2], "EOF: Unexpected EOF reading bytes").0,
+            classify(&avro, &[2], "EOF: Unexpected EOF reading bytes")
+                .0
+                .as_str(),
             "truncated"
         );
-        assert_eq!(classify(&avro, &[0xff; 12], "bad varint").0, "undecodable");
+        assert_eq!(
+            classify(&avro, &[0xff; 12], "bad varint").0.as_str(),
+            "undecodable"
+        );
         let json = Expectations {
             format: PayloadFormat::Json,
             writer: &reader,
@@ -194,17 +214,19 @@ mod tests {
             event_time: "t",
         };
         assert_eq!(
-            classify(&json, br#"{"t":1,"n":2}"#, "").0,
+            classify(&json, br#"{"t":1,"n":2}"#, "").0.as_str(),
             "missing_entity_key"
         );
         assert_eq!(
-            classify(&json, br#"{"id":"a","n":2}"#, "").0,
+            classify(&json, br#"{"id":"a","n":2}"#, "").0.as_str(),
             "missing_event_time"
         );
         assert_eq!(
-            classify(&json, br#"{"id":"a","t":1,"n":null}"#, "").0,
+            classify(&json, br#"{"id":"a","t":1,"n":null}"#, "")
+                .0
+                .as_str(),
             "null_in_non_null_field"
         );
-        assert_eq!(classify(&json, b"{not json", "").0, "undecodable");
+        assert_eq!(classify(&json, b"{not json", "").0.as_str(), "undecodable");
     }
 }

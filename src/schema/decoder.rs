@@ -10,8 +10,9 @@ use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, Float32Type, Float64Type, Schema, SchemaRef};
 
 use super::classify::{classify, Expectations};
+use super::reason::DeadLetterReason;
 use super::row_decoders::{arrow_schema_of, build_row_decoder, PayloadFormat, RowDecoder};
-use super::{Compatibility, ReaderSchema, SchemaRegistry};
+use super::{check_writer, Compatibility, ReaderSchema, SchemaRegistry};
 use crate::record::event_time_millis;
 use crate::source::pulsar::AdminError;
 use crate::source::SourceMessage;
@@ -22,7 +23,7 @@ pub struct DecodeFailure {
     /// Index of the message in the batch handed to [`PayloadDecoder::decode`].
     pub index: usize,
     /// Short machine-friendly reason (`undecodable`, `incompatible_schema`, ...).
-    pub reason: &'static str,
+    pub reason: DeadLetterReason,
     /// Human detail.
     pub detail: String,
 }
@@ -72,7 +73,7 @@ pub struct DecoderSpec {
     pub capacity: usize,
 }
 
-type Failed = (&'static str, String);
+type Failed = (DeadLetterReason, String);
 
 /// Turns payloads into rows, one checked writer schema per version.
 pub struct PayloadDecoder {
@@ -232,56 +233,26 @@ impl PayloadDecoder {
         let checked = match version {
             None => Ok(self.spec.reader.json.clone()),
             Some(v) => match self.registry.writer_schema(&self.spec.topic, v).await {
-                Ok(writer)
-                    if writer
-                        .kind
-                        .eq_ignore_ascii_case(self.spec.format.registry_type()) =>
-                {
-                    self.check_writer(v, &writer.definition)
-                }
-                Ok(writer) => Err((
-                    "unsupported_schema_type",
-                    format!(
-                        "schema version {v} is of type {}, the pipeline reads {}",
-                        writer.kind,
-                        self.spec.format.registry_type()
-                    ),
-                )),
+                Ok(writer) => check_writer(
+                    &self.spec.reader,
+                    self.spec.format,
+                    self.spec.compatibility,
+                    &writer,
+                )
+                .map(|parsed| parsed.json)
+                .map_err(|rejected| (rejected.reason(), format!("schema version {v}: {rejected}"))),
                 Err(e) if e.is_transient() => return Err(e),
-                Err(e) => Err(("unknown_schema_version", format!("schema version {v}: {e}"))),
+                Err(e) => Err((
+                    DeadLetterReason::UnknownSchemaVersion,
+                    format!("schema version {v}: {e}"),
+                )),
             },
         };
         if let Err((reason, detail)) = &checked {
-            tracing::warn!(topic = %self.spec.topic, ?version, reason, %detail, "writer schema rejected");
+            tracing::warn!(topic = %self.spec.topic, ?version, reason = reason.as_str(), %detail, "writer schema rejected");
         }
         self.writers.insert(version, checked);
         Ok(())
-    }
-
-    fn check_writer(&self, version: i64, definition: &str) -> Result<String, Failed> {
-        let writer =
-            ReaderSchema::parse(std::path::Path::new("<registry>"), definition).map_err(|e| {
-                (
-                    "incompatible_schema",
-                    format!("schema version {version}: {e}"),
-                )
-            })?;
-        let problems = self
-            .spec
-            .compatibility
-            .problems(&self.spec.reader.avro, &writer.avro);
-        if problems.is_empty() {
-            Ok(writer.json)
-        } else {
-            Err((
-                "incompatible_schema",
-                format!(
-                    "schema version {version} is not {:?}-compatible with the pipeline schema: {}",
-                    self.spec.compatibility,
-                    problems.join("; ")
-                ),
-            ))
-        }
     }
 
     fn row_decoder(&self, writer_json: &str) -> Result<Box<dyn RowDecoder>, String> {
@@ -309,7 +280,7 @@ impl PayloadDecoder {
             Some(Err((reason, detail))) => {
                 failures.extend(run.map(|index| DecodeFailure {
                     index,
-                    reason,
+                    reason: *reason,
                     detail: detail.clone(),
                 }));
                 return;
@@ -357,9 +328,14 @@ impl PayloadDecoder {
         }
     }
 
-    fn classify(&self, writer_json: &str, payload: &[u8], error: &str) -> (&'static str, String) {
+    fn classify(
+        &self,
+        writer_json: &str,
+        payload: &[u8],
+        error: &str,
+    ) -> (DeadLetterReason, String) {
         let Ok(writer) = apache_avro::Schema::parse_str(writer_json) else {
-            return ("undecodable", error.to_string());
+            return (DeadLetterReason::Undecodable, error.to_string());
         };
         classify(
             &Expectations {
@@ -405,7 +381,7 @@ impl PayloadDecoder {
             match (time_ok, non_finite) {
                 (false, _) => failures.push(DecodeFailure {
                     index,
-                    reason: "invalid_event_time",
+                    reason: DeadLetterReason::InvalidEventTime,
                     detail: format!(
                         "event time `{}` is missing or outside 1970-01-01..9999-12-31",
                         self.spec.event_time
@@ -413,7 +389,7 @@ impl PayloadDecoder {
                 }),
                 (true, Some(name)) => failures.push(DecodeFailure {
                     index,
-                    reason: "non_finite_value",
+                    reason: DeadLetterReason::NonFiniteValue,
                     detail: format!("field {name} is NaN or infinite (schema.reject_non_finite)"),
                 }),
                 (true, None) => kept.push(index),
@@ -443,175 +419,5 @@ impl PayloadDecoder {
 }
 
 #[cfg(test)]
-mod tests {
-    use apache_avro::types::Value;
-    use arrow::array::AsArray;
-    use arrow::datatypes::Int64Type;
-    use pulsar::message::proto::MessageIdData;
-
-    use super::*;
-    use crate::source::pulsar::PulsarAdmin;
-    use crate::source::MessagePosition;
-
-    const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
-        {"name":"id","type":"string"},{"name":"n","type":"long"}]}"#;
-
-    fn message(payload: Vec<u8>) -> SourceMessage {
-        SourceMessage {
-            position: MessagePosition {
-                topic: "persistent://public/default/t".into(),
-                id: MessageIdData::default(),
-                batch_size: None,
-            },
-            payload,
-            schema_version: None,
-            key: None,
-            publish_time_ms: 0,
-            properties: Vec::new(),
-        }
-    }
-
-    fn datum(schema: &apache_avro::Schema, id: &str, n: i64) -> Vec<u8> {
-        let writer = apache_avro::writer::datum::GenericDatumWriter::builder(schema)
-            .build()
-            .unwrap();
-        writer
-            .write_value_to_vec(Value::Record(vec![
-                ("id".into(), Value::String(id.into())),
-                ("n".into(), Value::Long(n)),
-            ]))
-            .unwrap()
-    }
-
-    #[tokio::test]
-    async fn bad_payloads_fail_alone_and_good_rows_keep_their_order() {
-        let reader = ReaderSchema::parse(std::path::Path::new("t.avsc"), SCHEMA).unwrap();
-        let registry = SchemaRegistry::new(PulsarAdmin::new(
-            reqwest::Client::new(),
-            "http://127.0.0.1:9",
-        ));
-        let spec = DecoderSpec {
-            topic: "persistent://public/default/t".into(),
-            reader: reader.clone(),
-            format: PayloadFormat::Avro,
-            compatibility: Compatibility::Backward,
-            columns: vec!["n".into(), "id".into()],
-            entity_keys: vec!["id".into()],
-            event_time: "n".into(),
-            reject_non_finite: false,
-            capacity: 16,
-        };
-        let mut decoder = PayloadDecoder::new(spec, registry).unwrap();
-        let good = |n| message(datum(&reader.avro, &format!("e{n}"), n));
-        let mut truncated = datum(&reader.avro, "long-enough-id", 7);
-        truncated.truncate(5);
-        let mut trailing = datum(&reader.avro, "x", 8);
-        trailing.extend_from_slice(&[1, 2, 3]);
-        let messages = vec![
-            good(1),
-            message(vec![
-                0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
-            ]),
-            good(2),
-            message(truncated),
-            message(trailing),
-            good(3),
-        ];
-        let decoded = decoder.decode(&messages).await.unwrap();
-        assert_eq!(decoded.row_messages, vec![0, 2, 5]);
-        let n = decoded.rows.column(0).as_primitive::<Int64Type>();
-        assert_eq!(n.values(), &[1, 2, 3]);
-        assert_eq!(decoded.rows.column(1).as_string::<i32>().value(2), "e3");
-        let failed: Vec<(usize, &str)> = decoded
-            .failures
-            .iter()
-            .map(|f| (f.index, f.reason))
-            .collect();
-        assert_eq!(
-            failed,
-            vec![(1, "undecodable"), (3, "truncated"), (4, "trailing_bytes")]
-        );
-        assert!(
-            decoded.failures[2].detail.contains("trailing bytes"),
-            "{:?}",
-            decoded.failures[2]
-        );
-    }
-
-    #[tokio::test]
-    async fn non_finite_features_are_rejected_when_the_pipeline_says_so() {
-        const FLOATS: &str = r#"{"type":"record","name":"f","fields":[
-            {"name":"id","type":"string"},{"name":"t","type":"long"},
-            {"name":"x","type":"double"},{"name":"y","type":["null","float"],"default":null}]}"#;
-        let reader = ReaderSchema::parse(std::path::Path::new("f.avsc"), FLOATS).unwrap();
-        let encode = |x: f64, y: Option<f32>| {
-            let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&reader.avro)
-                .build()
-                .unwrap();
-            let y = match y {
-                Some(y) => Value::Union(1, Box::new(Value::Float(y))),
-                None => Value::Union(0, Box::new(Value::Null)),
-            };
-            message(
-                writer
-                    .write_value_to_vec(Value::Record(vec![
-                        ("id".into(), Value::String("e".into())),
-                        ("t".into(), Value::Long(1)),
-                        ("x".into(), Value::Double(x)),
-                        ("y".into(), y),
-                    ]))
-                    .unwrap(),
-            )
-        };
-        let messages = vec![
-            encode(1.5, None),
-            encode(f64::NAN, Some(1.0)),
-            encode(2.0, Some(f32::INFINITY)),
-            encode(3.0, Some(0.5)),
-        ];
-        for (reject, rows, failed) in [
-            (true, vec![0, 3], vec![1, 2]),
-            (false, vec![0, 1, 2, 3], vec![]),
-        ] {
-            let spec = DecoderSpec {
-                topic: "persistent://public/default/f".into(),
-                reader: reader.clone(),
-                format: PayloadFormat::Avro,
-                compatibility: Compatibility::Backward,
-                columns: vec!["id".into(), "t".into(), "x".into(), "y".into()],
-                entity_keys: vec!["id".into()],
-                event_time: "t".into(),
-                reject_non_finite: reject,
-                capacity: 16,
-            };
-            let registry = SchemaRegistry::new(PulsarAdmin::new(
-                reqwest::Client::new(),
-                "http://127.0.0.1:9",
-            ));
-            let decoded = PayloadDecoder::new(spec, registry)
-                .unwrap()
-                .decode(&messages)
-                .await
-                .unwrap();
-            assert_eq!(decoded.row_messages, rows);
-            let failures: Vec<usize> = decoded.failures.iter().map(|f| f.index).collect();
-            assert_eq!(failures, failed);
-            assert!(decoded
-                .failures
-                .iter()
-                .all(|f| f.reason == "non_finite_value"));
-            if reject {
-                assert!(
-                    decoded.failures[0].detail.contains("field x"),
-                    "{:?}",
-                    decoded.failures
-                );
-                assert!(
-                    decoded.failures[1].detail.contains("field y"),
-                    "{:?}",
-                    decoded.failures
-                );
-            }
-        }
-    }
-}
+#[path = "decoder_tests.rs"]
+mod tests;

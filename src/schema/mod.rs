@@ -5,16 +5,20 @@ mod classify;
 mod compatibility;
 mod decoder;
 mod reader_schema;
+mod reason;
 mod registry;
 mod row_decoders;
 mod topics;
+mod writer_check;
 
 pub use compatibility::{read_problems, type_name, Compatibility};
 pub use decoder::{DecodeError, DecodeFailure, Decoded, DecoderSpec, PayloadDecoder};
 pub use reader_schema::{ReaderSchema, SchemaError};
+pub use reason::DeadLetterReason;
 pub use registry::{SchemaRegistry, WriterSchema};
 pub use row_decoders::PayloadFormat;
 pub use topics::{schema_topic, TopicDecoders};
+pub use writer_check::{check_writer, WriterRejected};
 
 /// Column names and Arrow types of the rows decoded with `reader`.
 pub fn arrow_schema_of_reader(

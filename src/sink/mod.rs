@@ -48,6 +48,9 @@ pub trait SinkBuilder: Send + Sync {
     async fn build(&self, context: &SinkContext) -> Result<Box<dyn Sink>, SinkError>;
 }
 
+/// Any error a sink keeps as the cause of a fatal one.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Why a sink gave up on a batch.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
@@ -56,8 +59,32 @@ pub enum SinkError {
     #[error("cancelled while {0}")]
     Cancelled(String),
     /// The sink cannot work with this data or setup; retrying will not help.
-    #[error("{0}")]
-    Fatal(String),
+    #[error("{context}{}", source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
+    Fatal {
+        /// What the sink was doing.
+        context: String,
+        /// The error that made it give up, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl SinkError {
+    /// A fatal error without an underlying cause.
+    pub fn fatal(context: impl Into<String>) -> Self {
+        SinkError::Fatal {
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// A fatal error caused by `source` while doing `context`.
+    pub fn fatal_from(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        SinkError::Fatal {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
 }
 
 /// A destination that makes rows durable and says which messages may be acknowledged.
@@ -80,6 +107,12 @@ pub trait Sink: Send {
     /// positions per topic partition (one active consumer per partition), else `Individual`.
     fn acknowledgement(&self) -> AckMode {
         AckMode::Individual
+    }
+
+    /// Rows taken but not durable (still buffered); after `flush`, rows the sink could not
+    /// make durable (e.g. the offline sink's rows after a gap in a partition).
+    fn pending_rows(&self) -> usize {
+        0
     }
 
     /// Gets ready before the first batch (e.g. reads what earlier runs committed), retrying

@@ -1,12 +1,14 @@
 //! Sources: where messages come from, and how they are acknowledged once durable.
 
+mod position;
 pub mod pulsar;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use self::pulsar::{MessagePosition, SourceError};
+pub use self::position::{MessagePosition, Offset};
+pub use self::pulsar::SourceError;
 
 /// One message as it came off the topic.
 #[derive(Debug, Clone)]
@@ -48,6 +50,12 @@ pub trait Source: Send {
 
     /// Acknowledges messages that are durable in the sink, in the order they were received.
     async fn ack(&mut self, positions: &[MessagePosition]) -> Result<(), SourceError>;
+
+    /// Whether a finite source (a backfill's readers) has handed on everything; the lane
+    /// then flushes its sinks and stops.
+    fn exhausted(&self) -> bool {
+        false
+    }
 
     /// Closes the subscription's consumer (acks already sent stay sent).
     async fn close(&mut self);

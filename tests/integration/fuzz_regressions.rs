@@ -70,8 +70,8 @@ async fn payload_decoder_regressions_decode_or_fail_cleanly() {
         let message = SourceMessage {
             position: MessagePosition {
                 topic: "persistent://public/default/fuzz".into(),
-                id: Default::default(),
-                batch_size: None,
+                offset: (0, 0, -1),
+                entry_size: None,
             },
             payload,
             schema_version: None,

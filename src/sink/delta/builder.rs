@@ -1,6 +1,7 @@
 //! Turns a pipeline's `offline:` section into a running Delta sink.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -17,6 +18,31 @@ pub struct DeltaSinkBuilder {
     pub service: ObjectStoreServiceConfig,
     /// The pipeline's `offline:` section.
     pub config: OfflineSinkConfig,
+    /// How long messages after a gap in a partition wait before the sink commits past it;
+    /// `None` for the live default. A backfill never commits past a gap.
+    pub gap_grace: Option<Duration>,
+}
+
+impl DeltaSinkBuilder {
+    /// Where the pipeline's table is and what it holds.
+    pub fn table_spec(&self, context: &SinkContext) -> Result<TableSpec, SinkError> {
+        let url = self
+            .config
+            .url
+            .as_ref()
+            .map_or(self.service.default_url.as_str(), |u| u.value.as_str());
+        let store = OfflineStore::open(url, &context.root, &self.service.options)
+            .map_err(|e| SinkError::fatal_from("offline store", e))?
+            .counted(&context.metrics, &context.pipeline);
+        TableSpec::new(
+            &store,
+            &context.pipeline,
+            &context.output_schema,
+            &context.rows.event_time,
+            &self.config,
+        )
+        .map_err(|e| SinkError::fatal_from("offline table", e))
+    }
 }
 
 #[async_trait]
@@ -29,22 +55,7 @@ impl SinkBuilder for DeltaSinkBuilder {
     /// cannot take the pipeline schema stops the process with nothing written. A store that
     /// does not answer is not fatal: the sink opens the table itself, retrying.
     async fn build(&self, context: &SinkContext) -> Result<Box<dyn Sink>, SinkError> {
-        let url = self
-            .config
-            .url
-            .as_ref()
-            .map_or(self.service.default_url.as_str(), |u| u.value.as_str());
-        let store = OfflineStore::open(url, &context.root, &self.service.options)
-            .map_err(|e| SinkError::Fatal(e.to_string()))?
-            .counted(&context.metrics, &context.pipeline);
-        let spec = TableSpec::new(
-            &store,
-            &context.pipeline,
-            &context.output_schema,
-            &context.rows.event_time,
-            &self.config,
-        )
-        .map_err(|e| SinkError::Fatal(format!("offline table: {e}")))?;
+        let spec = self.table_spec(context)?;
         let table = open_at_start(&spec).await?;
         context.health.add_probe(Arc::new(ObjectStoreProbe {
             pipeline: context.pipeline.clone(),
@@ -53,6 +64,9 @@ impl SinkBuilder for DeltaSinkBuilder {
         let mut sink = DeltaSink::new(spec, self.config.clone(), table, context.cancel.clone());
         sink.set_schema_fingerprint(context.schema_fingerprint.clone());
         sink.set_metrics(context.metrics.clone());
+        if let Some(grace) = self.gap_grace {
+            sink.set_gap_grace(grace);
+        }
         Ok(Box::new(sink))
     }
 }
@@ -63,7 +77,7 @@ async fn open_at_start(spec: &TableSpec) -> Result<Option<OfflineTable>, SinkErr
             tracing::info!(table = %table.url(), version = table.version(), ?opened, "offline table ready");
             Ok(Some(table))
         }
-        Err(TableError::Refused(why)) => Err(SinkError::Fatal(format!(
+        Err(TableError::Refused(why)) => Err(SinkError::fatal(format!(
             "offline table: refusing to start: {why}"
         ))),
         Err(e) => {

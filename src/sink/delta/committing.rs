@@ -31,7 +31,7 @@ impl DeltaSink {
             let table = self
                 .table
                 .as_mut()
-                .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+                .ok_or_else(|| SinkError::fatal("no table"))?;
             if self.stale {
                 if let Err(e) = table.refresh().await {
                     self.pause(&mut backoff, "cannot read the offline table", &e)
@@ -45,7 +45,7 @@ impl DeltaSink {
             let table = self
                 .table
                 .as_ref()
-                .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+                .ok_or_else(|| SinkError::fatal("no table"))?;
             let dropped = self.rollover.drop_held(table.positions()).map_err(fatal)?;
             let (cuts, accepted) = self.rollover.cuts(table.positions(), self.gap_grace);
             self.count_skipped(dropped);
@@ -67,7 +67,7 @@ impl DeltaSink {
             let table = self
                 .table
                 .as_mut()
-                .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+                .ok_or_else(|| SinkError::fatal("no table"))?;
             // Same messages and same rows: the files written before a conflict still fit.
             let ids: Vec<String> = std::iter::once(taken.rows().to_string())
                 .chain(
@@ -90,7 +90,7 @@ impl DeltaSink {
                             (metadata_keys::MESSAGE_RANGES.into(), taken.ranges_json()),
                         ],
                     )
-                    .map_err(SinkError::Fatal)?;
+                    .map_err(SinkError::fatal)?;
                     let files = match table.files_table().await {
                         Ok(files) => write_files(files, taken.row_batches(), properties)
                             .await
@@ -112,7 +112,7 @@ impl DeltaSink {
             let mut txns = Vec::new();
             for (partition, key) in taken.commit_keys() {
                 if !representable(key) {
-                    return Err(SinkError::Fatal(format!("message id {key:?} of {partition} does not fit a Delta transaction version")));
+                    return Err(SinkError::fatal(format!("message id {key:?} of {partition} does not fit a Delta transaction version")));
                 }
                 if table
                     .positions()
@@ -216,5 +216,5 @@ impl DeltaSink {
 }
 
 pub(super) fn fatal(error: arrow::error::ArrowError) -> SinkError {
-    SinkError::Fatal(format!("offline rollover: {error}"))
+    SinkError::fatal_from("offline rollover", error)
 }

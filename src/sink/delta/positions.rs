@@ -13,19 +13,15 @@ use std::collections::HashMap;
 
 use deltalake::kernel::{Action, Transaction};
 
-use crate::source::MessagePosition;
+use crate::source::{MessagePosition, Offset};
 
 /// Orders messages within one topic partition: ledger, entry, index in the producer batch
 /// (-1 when not batched).
-pub type MessageKey = (u64, u64, i32);
+pub type MessageKey = Offset;
 
 /// The ordering key of a message.
 pub fn message_key(position: &MessagePosition) -> MessageKey {
-    (
-        position.id.ledger_id,
-        position.id.entry_id,
-        position.id.batch_index.unwrap_or(-1),
-    )
+    position.offset
 }
 
 /// The batch index a commit records for a message that completes its entry: it stands for
@@ -165,20 +161,13 @@ impl CommittedPositions {
 
 #[cfg(test)]
 mod tests {
-    use pulsar::message::proto::MessageIdData;
-
     use super::*;
 
     fn position(topic: &str, ledger: u64, entry: u64, batch: Option<i32>) -> MessagePosition {
         MessagePosition {
             topic: topic.into(),
-            id: MessageIdData {
-                ledger_id: ledger,
-                entry_id: entry,
-                batch_index: batch,
-                ..Default::default()
-            },
-            batch_size: batch.map(|_| 10),
+            offset: (ledger, entry, batch.unwrap_or(-1)),
+            entry_size: batch.map(|_| 10),
         }
     }
 
@@ -193,7 +182,7 @@ mod tests {
     #[test]
     fn the_next_message_continues_a_commit_key() {
         let batched = |entry, index| MessagePosition {
-            batch_size: Some(3),
+            entry_size: Some(3),
             ..position("p", 7, entry, Some(index))
         };
         assert!(continues((7, 5, 1), &batched(5, 2)));

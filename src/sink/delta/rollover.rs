@@ -330,20 +330,14 @@ impl Rollover {
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::Int64Array;
-    use pulsar::message::proto::MessageIdData;
-
     use super::*;
+    use arrow::array::Int64Array;
 
     fn position(partition: &str, entry: u64) -> MessagePosition {
         MessagePosition {
             topic: partition.into(),
-            id: MessageIdData {
-                ledger_id: 7,
-                entry_id: entry,
-                ..Default::default()
-            },
-            batch_size: None,
+            offset: (7, entry, -1),
+            entry_size: None,
         }
     }
 

@@ -108,7 +108,7 @@ impl DeltaSink {
                     log_opened(&table, &opened);
                     self.table = Some(table);
                 }
-                Err(TableError::Refused(why)) => return Err(SinkError::Fatal(why)),
+                Err(TableError::Refused(why)) => return Err(SinkError::fatal(why)),
                 Err(e) => {
                     self.pause(&mut backoff, "cannot open the offline table", &e)
                         .await?
@@ -118,10 +118,10 @@ impl DeltaSink {
         let table = self
             .table
             .as_ref()
-            .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+            .ok_or_else(|| SinkError::fatal("no table"))?;
         let schema = table
             .arrow_schema()
-            .map_err(|e| SinkError::Fatal(e.to_string()))?;
+            .map_err(|e| SinkError::fatal_from("offline table schema", e))?;
         self.layout = Some(self.spec.layout(schema));
         if let Some(metrics) = &self.metrics {
             metrics
@@ -143,7 +143,7 @@ impl DeltaSink {
                 let table = self
                     .table
                     .as_mut()
-                    .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+                    .ok_or_else(|| SinkError::fatal("no table"))?;
                 if table.positions().knows(&position.topic) {
                     break;
                 }
@@ -197,6 +197,10 @@ impl Sink for DeltaSink {
         AckMode::Cumulative
     }
 
+    fn pending_rows(&self) -> usize {
+        self.buffered_rows()
+    }
+
     async fn start(&mut self) -> Result<(), SinkError> {
         self.open_until_done().await
     }
@@ -212,7 +216,7 @@ impl Sink for DeltaSink {
         let layout = self
             .layout
             .as_ref()
-            .ok_or_else(|| SinkError::Fatal("no table layout".into()))?;
+            .ok_or_else(|| SinkError::fatal("no table layout"))?;
         let publish_ms: Vec<u64> = batch
             .row_positions
             .iter()
@@ -224,7 +228,7 @@ impl Sink for DeltaSink {
                 Some(&publish_ms),
                 chrono::Utc::now().timestamp_millis(),
             )
-            .map_err(|e| SinkError::Fatal(format!("shaping rows for the offline table: {e}")))?;
+            .map_err(|e| SinkError::fatal_from("shaping rows for the offline table", e))?;
         let rewound = self
             .rollover
             .take(rows, batch.row_positions, batch.positions)
@@ -240,7 +244,7 @@ impl Sink for DeltaSink {
         let table = self
             .table
             .as_ref()
-            .ok_or_else(|| SinkError::Fatal("no table".into()))?;
+            .ok_or_else(|| SinkError::fatal("no table"))?;
         let dropped = self.rollover.drop_held(table.positions()).map_err(fatal)?;
         self.count_skipped(dropped);
         if self.rollover.rows() >= self.config.rollover_rows

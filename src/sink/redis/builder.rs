@@ -29,7 +29,7 @@ impl SinkBuilder for RedisSinkBuilder {
             context.cancel.clone(),
         )
         .await?;
-        let client = RedisClient::open(&self.service).map_err(SinkError::Fatal)?;
+        let client = RedisClient::open(&self.service).map_err(SinkError::fatal)?;
         context
             .health
             .add_probe(std::sync::Arc::new(RedisProbe { client }));

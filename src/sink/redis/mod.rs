@@ -5,6 +5,7 @@ mod calls;
 mod config;
 mod connection;
 mod feast;
+mod feast_proto;
 mod layout;
 mod probe;
 mod reader;

@@ -83,12 +83,9 @@ impl Writer {
                 Ok(()) => break,
                 Err(e) => {
                     self.connection = None;
-                    let what = format!(
-                        "Redis write of {} entities failed; nothing acknowledged",
-                        calls.len()
-                    );
+                    tracing::debug!(entities = calls.len(), "Redis write failed");
                     backoff
-                        .wait(&self.cancel, &what, &e)
+                        .wait(&self.cancel, "Redis write failed; nothing acknowledged", &e)
                         .await
                         .map_err(|_| SinkError::Cancelled("Redis was unreachable".into()))?;
                 }
@@ -118,7 +115,7 @@ impl RedisSink {
         rows: RowLayout,
         cancel: CancellationToken,
     ) -> Result<Self, SinkError> {
-        let client = RedisClient::open(service).map_err(SinkError::Fatal)?;
+        let client = RedisClient::open(service).map_err(SinkError::fatal)?;
         let layout = match config.layout {
             LayoutKind::Native => Layout::Native(NativeLayout::new(&config.key_prefix, view, rows)),
             LayoutKind::Feast => Layout::Feast(FeastLayout::new(
@@ -137,7 +134,7 @@ impl RedisSink {
             Ok(_) => {}
             // A refused login will not fix itself: say so at start instead of retrying.
             Err(e) if is_auth_error(&e) => {
-                return Err(SinkError::Fatal(format!("Redis refused the login: {e}")))
+                return Err(SinkError::fatal_from("Redis refused the login", e))
             }
             Err(e) => tracing::warn!(error = %e, "Redis is not reachable yet; writes will retry"),
         }
@@ -166,7 +163,7 @@ impl RedisSink {
         );
         self.layout
             .write_entities(&batch.rows, &mut calls)
-            .map_err(|e| SinkError::Fatal(format!("building Redis writes: {e}")))?;
+            .map_err(|e| SinkError::fatal_from("building Redis writes", e))?;
         Ok(calls.into_commands())
     }
 
@@ -193,7 +190,7 @@ fn joined(
     match outcome {
         None => Ok(Vec::new()),
         Some(Ok(result)) => result,
-        Some(Err(e)) => Err(SinkError::Fatal(format!("Redis write task failed: {e}"))),
+        Some(Err(e)) => Err(SinkError::fatal_from("Redis write task failed", e)),
     }
 }
 

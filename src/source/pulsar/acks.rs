@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use super::MessagePosition;
 use crate::source::AckMode;
+use crate::source::MessagePosition;
 
 /// One acknowledgement to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,20 +39,13 @@ pub fn acks_for(durable: &[MessagePosition], mode: AckMode) -> Vec<AckTarget<'_>
 
 #[cfg(test)]
 mod tests {
-    use pulsar::message::proto::MessageIdData;
-
     use super::*;
 
     fn pos(topic: &str, entry: u64, index: Option<i32>, size: Option<i32>) -> MessagePosition {
         MessagePosition {
             topic: topic.into(),
-            id: MessageIdData {
-                ledger_id: 1,
-                entry_id: entry,
-                batch_index: index,
-                ..Default::default()
-            },
-            batch_size: size,
+            offset: (1, entry, index.unwrap_or(-1)),
+            entry_size: size,
         }
     }
 

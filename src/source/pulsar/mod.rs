@@ -3,6 +3,7 @@
 mod acks;
 mod admin;
 mod config;
+mod reader;
 mod topic;
 
 use std::time::Duration;
@@ -17,9 +18,10 @@ use pulsar::{Consumer, OperationRetryOptions, Pulsar, TokioExecutor};
 pub use acks::{acks_for, AckTarget};
 pub use admin::{parse as parse_admin_answer, AdminError, PulsarAdmin};
 pub use config::{PulsarServiceConfig, PulsarSourceConfig, StartPosition, SubscriptionKind};
+pub use reader::{PublishRange, PulsarReaderSource};
 pub use topic::{partitioned_topic, BadTopicName, TopicName};
 
-use super::{AckMode, Source, SourceMessage};
+use super::{AckMode, MessagePosition, Source, SourceMessage};
 use crate::retry::{Backoff, Cancelled};
 use tokio_util::sync::CancellationToken;
 
@@ -61,45 +63,30 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// One close attempt, between two emptyings of the prefetch queue.
 const CLOSE_ATTEMPT: Duration = Duration::from_millis(200);
 
-/// Where a message sits in its topic: enough to acknowledge it later without keeping it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MessagePosition {
-    /// The topic (or partition) it came from.
-    pub topic: String,
-    /// Ledger, entry and index within a producer batch.
-    pub id: MessageIdData,
-    /// Messages in the producer batch (entry) it belongs to, if batched.
-    pub batch_size: Option<i32>,
+/// The position of a received message (the offset is ledger, entry, batch index;
+/// `batch_size` the messages of its producer batch).
+pub fn position_of(topic: String, id: &MessageIdData, batch_size: Option<i32>) -> MessagePosition {
+    MessagePosition {
+        topic,
+        offset: (id.ledger_id, id.entry_id, id.batch_index.unwrap_or(-1)),
+        entry_size: batch_size,
+    }
 }
 
-impl MessagePosition {
-    /// Whether this is the last message of its entry: acknowledging it covers the entry.
-    pub fn completes_entry(&self) -> bool {
-        match (self.id.batch_index, self.batch_size) {
-            (Some(index), Some(size)) => index + 1 >= size,
-            _ => true,
-        }
-    }
-
-    /// What identifies the message among those of every topic (for counting which sinks
-    /// have it durable).
-    pub fn key(&self) -> (String, u64, u64, i32) {
-        (
-            self.topic.clone(),
-            self.id.ledger_id,
-            self.id.entry_id,
-            self.id.batch_index.unwrap_or(-1),
-        )
-    }
-
-    /// `ledger:entry:index`, as shown in logs and file metadata.
-    pub fn display_id(&self) -> String {
-        format!(
-            "{}:{}:{}",
-            self.id.ledger_id,
-            self.id.entry_id,
-            self.id.batch_index.unwrap_or(-1)
-        )
+/// The Pulsar message id to acknowledge `position` with (the broker acknowledges by ledger
+/// and entry; the batch index says which message of a batch it was).
+fn message_id(position: &MessagePosition) -> MessageIdData {
+    let (ledger_id, entry_id, index) = position.offset;
+    MessageIdData {
+        ledger_id,
+        entry_id,
+        batch_index: (index >= 0).then_some(index),
+        batch_size: position.entry_size,
+        partition: TopicName::parse(&position.topic)
+            .ok()
+            .and_then(|name| name.partition)
+            .and_then(|p| i32::try_from(p).ok()),
+        ..Default::default()
     }
 }
 
@@ -329,11 +316,7 @@ impl PulsarSource {
                 .into_iter()
                 .map(|kv| (kv.key, kv.value))
                 .collect(),
-            position: MessagePosition {
-                topic,
-                id: message_id.id,
-                batch_size: message_id.batch_size,
-            },
+            position: position_of(topic, &message_id.id, message_id.batch_size),
             payload: payload.data,
         }
     }
@@ -383,10 +366,10 @@ impl Source for PulsarSource {
         };
         for target in acks_for(positions, self.ack_mode) {
             let result = match target {
-                AckTarget::Individual(p) => consumer.ack_with_id(&p.topic, p.id.clone()).await,
+                AckTarget::Individual(p) => consumer.ack_with_id(&p.topic, message_id(p)).await,
                 AckTarget::Cumulative(p) => {
                     consumer
-                        .cumulative_ack_with_id(&p.topic, p.id.clone())
+                        .cumulative_ack_with_id(&p.topic, message_id(p))
                         .await
                 }
             };

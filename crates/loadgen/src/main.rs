@@ -1,0 +1,40 @@
+//! `feature-connector-loadgen produce …`, also reached as `feature-connector produce …`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// The feature-connector load generator.
+#[derive(Debug, Parser)]
+#[command(name = "feature-connector-loadgen", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Publish deterministic sample Avro events to a pipeline's topic.
+    Produce(feature_connector_loadgen::produce::ProduceArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    feature_connector::cli::init_logging();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Produce(args) => feature_connector_loadgen::produce::produce(args).await,
+        }
+    })
+}

@@ -1,0 +1,55 @@
+//! Where a message is in its source, as sinks and the offline table see it: a stream (one
+//! topic partition) and an ordered offset. Sinks store, compare and hand back positions
+//! without knowing which source made them; only the source turns them into its own ids.
+
+/// Ordered coordinates of a message within its stream: segment, entry within the segment,
+/// and index within the entry (-1 when the entry holds a single message). A new segment
+/// starts at entry 0. For Pulsar: ledger, entry, index in the producer batch.
+pub type Offset = (u64, u64, i32);
+
+/// One message's place in its source: enough to acknowledge it later without keeping it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MessagePosition {
+    /// The stream (topic partition) it came from.
+    pub topic: String,
+    /// Its offset in the stream.
+    pub offset: Offset,
+    /// Messages in its entry, when the entry holds several (the source acknowledges whole
+    /// entries).
+    pub entry_size: Option<i32>,
+}
+
+impl MessagePosition {
+    /// Whether this is the last message of its entry: acknowledging it covers the entry.
+    pub fn completes_entry(&self) -> bool {
+        match (self.offset.2, self.entry_size) {
+            (index, Some(size)) if index >= 0 => index + 1 >= size,
+            _ => true,
+        }
+    }
+
+    /// `segment:entry:index` (Pulsar's `ledger:entry:index`), as shown in logs and file
+    /// metadata.
+    pub fn display_id(&self) -> String {
+        let (segment, entry, index) = self.offset;
+        format!("{segment}:{entry}:{index}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_complete_at_its_last_message() {
+        let at = |index, size| MessagePosition {
+            topic: "t".into(),
+            offset: (1, 2, index),
+            entry_size: size,
+        };
+        assert!(at(-1, None).completes_entry());
+        assert!(!at(0, Some(3)).completes_entry());
+        assert!(at(2, Some(3)).completes_entry());
+        assert_eq!(at(2, Some(3)).display_id(), "1:2:2");
+    }
+}
