@@ -116,7 +116,9 @@ impl OfflineTable {
         {
             return;
         }
-        let (engine, log_store) = (self.engine.clone(), self.log_store());
+        let engine = self.engine.clone();
+        // Expired log files are looked for at most hourly (see `log_cleanup`).
+        let cleanup = self.cleanup.due().then(|| self.location.store.clone());
         let url = self.location.url.to_string();
         let reload = self.reload.clone();
         let retention_ms = i64::try_from(
@@ -144,16 +146,21 @@ impl OfflineTable {
                         seconds = started.elapsed().as_secs_f64(),
                         "table checkpoint written"
                     );
-                    let cutoff = chrono::Utc::now().timestamp_millis() - retention_ms;
-                    if let Err(e) = deltalake::checkpoints::cleanup_expired_logs_for(
-                        version,
-                        log_store.as_ref(),
-                        cutoff,
-                        None,
-                    )
-                    .await
-                    {
-                        tracing::warn!(error = %e, "cannot remove expired log files");
+                    if let Some(store) = cleanup {
+                        let cutoff = chrono::Utc::now().timestamp_millis() - retention_ms;
+                        match super::log_cleanup::cleanup_expired_log(
+                            store.as_ref(),
+                            version,
+                            cutoff,
+                        )
+                        .await
+                        {
+                            Ok(0) => {}
+                            Ok(deleted) => {
+                                tracing::info!(deleted, "expired log files removed")
+                            }
+                            Err(e) => tracing::warn!(error = %e, "cannot remove expired log files"),
+                        }
                     }
                 }
                 Err(e) => {

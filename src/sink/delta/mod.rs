@@ -25,6 +25,7 @@ mod committing;
 mod config;
 mod files;
 mod layout;
+mod log_cleanup;
 mod maintenance;
 mod open;
 mod positions;

@@ -89,6 +89,8 @@ pub struct OfflineTable {
     pub(crate) checkpoints: Option<JoinHandle<()>>,
     /// Set when a checkpoint was written: the next commit first reloads the snapshot onto it.
     pub(crate) reload: Arc<std::sync::atomic::AtomicBool>,
+    /// When expired log files were last looked for.
+    pub(crate) cleanup: super::log_cleanup::CleanupSchedule,
 }
 
 impl OfflineTable {
@@ -159,6 +161,7 @@ impl OfflineTable {
             checkpoint_interval,
             checkpoints: None,
             reload: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            cleanup: super::log_cleanup::CleanupSchedule::default(),
         }
     }
 
