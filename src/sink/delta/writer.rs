@@ -277,3 +277,7 @@ impl Sink for DeltaSink {
         Ok(durable)
     }
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;
