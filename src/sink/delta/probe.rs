@@ -3,12 +3,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::health::Probe;
 
-/// An object store answers a listing of the pipeline's folder.
+/// An object store answers for the pipeline's table.
 pub struct ObjectStoreProbe {
     /// Pipeline whose offline store this is.
     pub pipeline: String,
@@ -22,17 +21,16 @@ impl Probe for ObjectStoreProbe {
         format!("offline store of `{}`", self.pipeline)
     }
 
-    /// Lists the table's log after every key it can hold (`zzzz` sorts after the commits,
-    /// checkpoints and `_last_checkpoint`; a `~` would be percent-encoded and sort first):
-    /// one request that fails when the store or bucket is unreachable and returns nothing when
-    /// it is fine, whatever the table's size.
+    /// Asks for the metadata of `_delta_log/_last_checkpoint`: one request whose cost does
+    /// not depend on the table's size on any store (a listing, even one that returns
+    /// nothing, makes the local S3 server scan the whole prefix: 80 ms at 10,000 commits).
+    /// "Not found" (a table without checkpoint yet) is an answer too; a store that is down,
+    /// refuses the credentials or does not answer in time is not.
     async fn check(&self) -> Result<(), String> {
-        let log = object_store::path::Path::from("_delta_log");
-        let after = object_store::path::Path::from("_delta_log/zzzz");
-        let mut listing = self.store.list_with_offset(Some(&log), &after);
-        match listing.next().await {
-            Some(Err(e)) => Err(e.to_string()),
-            _ => Ok(()),
+        let hint = object_store::path::Path::from("_delta_log/_last_checkpoint");
+        match self.store.head(&hint).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.to_string()),
         }
     }
 }
