@@ -11,6 +11,6 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --release --quiet --bin feature-connector --example freshness_probe --example raw_consume
+cargo build --release --quiet --bin feature-connector --bin feature-connector-loadgen --example freshness_probe --example raw_consume
 PY=$(bash bench/peers/setup_venv.sh | tail -1)
 exec "$PY" bench/run.py --python "$PY" "$@"

@@ -11,6 +11,6 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --release --quiet --bin feature-connector
+cargo build --release --quiet --bin feature-connector --bin feature-connector-loadgen
 PY=$(bash bench/peers/setup_venv.sh | tail -1)
 exec "$PY" scripts/chaos.py "$@"
