@@ -205,7 +205,8 @@ async fn compact(
             crate::sink::delta::metadata_keys::PIPELINE.to_string(),
             "compacted".to_string(),
         )],
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let progress = bar(rewritten, "compacting");
     let version = table
         .compact(&groups, properties, |done| {
@@ -271,7 +272,7 @@ async fn upgrade(
         .map_err(|e| e.to_string())?;
     let decoder = crate::schema::PayloadDecoder::new(
         pipeline.decoder_spec(),
-        crate::schema::SchemaRegistry::new(service.pulsar.admin()?),
+        crate::schema::SchemaRegistry::new(service.pulsar.admin().map_err(|e| e.to_string())?),
     )
     .map_err(|e| format!("reader schema: {e}"))?;
     let rows = crate::schema::TopicDecoders::new(decoder, Vec::new()).output_schema();
@@ -283,7 +284,8 @@ async fn upgrade(
             crate::sink::delta::metadata_keys::PIPELINE.to_string(),
             pipeline.name.clone(),
         )],
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let progress = bar(0, "reading");
     let report = spec
         .upgrade(properties, |done, total| {

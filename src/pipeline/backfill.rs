@@ -79,7 +79,7 @@ pub async fn backfill(
         let unknown = serde_saphyr::Location::UNKNOWN;
         offline.url = Some(crate::config::Spanned::new(url.clone(), unknown, unknown));
     }
-    let admin = service.pulsar.admin().map_err(setup)?;
+    let admin = service.pulsar.admin()?;
     let template = PayloadDecoder::new(pipeline.decoder_spec(), SchemaRegistry::new(admin.clone()))
         .map_err(|e| setup(format!("reader schema: {e}")))?;
     let decoder = TopicDecoders::new(template, Vec::new());

@@ -27,7 +27,7 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
 use crate::sink::SinkContext;
-use crate::source::pulsar::{PulsarAdmin, PulsarSource, SubscriptionKind};
+use crate::source::pulsar::{CredentialError, PulsarAdmin, PulsarSource, SubscriptionKind};
 use crate::source::{AckMode, SourceError};
 
 /// The runtime could not start or a lane failed.
@@ -41,6 +41,9 @@ pub enum RuntimeError {
         /// What went wrong.
         message: String,
     },
+    /// The Pulsar credentials or CA cannot be used.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
     /// Pulsar could not be reached at start.
     #[error(transparent)]
     Source(Box<SourceError>),
@@ -71,13 +74,7 @@ pub async fn run(
     health: Arc<Health>,
     cancel: CancellationToken,
 ) -> Result<(), RuntimeError> {
-    let admin = service
-        .pulsar
-        .admin()
-        .map_err(|message| RuntimeError::Setup {
-            pipeline: "*".into(),
-            message,
-        })?;
+    let admin = service.pulsar.admin()?;
     let pulsar = PulsarSource::connect(&service.pulsar).await?;
     let mut lanes = Vec::new();
     let mut watched = Vec::new();

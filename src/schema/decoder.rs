@@ -11,7 +11,9 @@ use arrow::datatypes::{DataType, Float32Type, Float64Type, Schema, SchemaRef};
 
 use super::classify::{classify, Expectations};
 use super::reason::DeadLetterReason;
-use super::row_decoders::{arrow_schema_of, build_row_decoder, PayloadFormat, RowDecoder};
+use super::row_decoders::{
+    arrow_schema_of, build_row_decoder, PayloadError, PayloadFormat, RowDecoder,
+};
 use super::{check_writer, Compatibility, ReaderSchema, SchemaRegistry};
 use crate::record::event_time_millis;
 use crate::source::pulsar::AdminError;
@@ -118,7 +120,7 @@ const MAX_EVENT_TIME_MS: i64 = 253_402_300_799_999;
 
 impl PayloadDecoder {
     /// A decoder for `spec`, asking `registry` for writer versions it has not seen.
-    pub fn new(spec: DecoderSpec, registry: SchemaRegistry) -> Result<Self, String> {
+    pub fn new(spec: DecoderSpec, registry: SchemaRegistry) -> Result<Self, PayloadError> {
         let full_schema = arrow_schema_of(&spec.reader.json)?;
         let fields = spec
             .columns
@@ -127,7 +129,6 @@ impl PayloadDecoder {
                 full_schema
                     .field_with_name(name)
                     .map(|f| f.clone().with_metadata(HashMap::new()))
-                    .map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
@@ -255,7 +256,7 @@ impl PayloadDecoder {
         Ok(())
     }
 
-    fn row_decoder(&self, writer_json: &str) -> Result<Box<dyn RowDecoder>, String> {
+    fn row_decoder(&self, writer_json: &str) -> Result<Box<dyn RowDecoder>, PayloadError> {
         build_row_decoder(
             self.spec.format,
             writer_json,
@@ -287,7 +288,7 @@ impl PayloadDecoder {
             }
             None => return,
         };
-        let decode_all = |indices: &[usize]| -> Result<Option<RecordBatch>, String> {
+        let decode_all = |indices: &[usize]| -> Result<Option<RecordBatch>, PayloadError> {
             let cached = self.row_decoders.borrow_mut().remove(&version);
             let mut decoder = match cached {
                 Some(decoder) => decoder,
@@ -299,7 +300,10 @@ impl PayloadDecoder {
             let batch = decoder.flush()?;
             let rows = batch.as_ref().map_or(0, RecordBatch::num_rows);
             if rows != indices.len() {
-                return Err(format!("{} payload(s) gave {rows} row(s)", indices.len()));
+                return Err(PayloadError::Decoder(format!(
+                    "{} payload(s) gave {rows} row(s)",
+                    indices.len()
+                )));
             }
             self.row_decoders.borrow_mut().insert(version, decoder);
             Ok(batch)
@@ -328,14 +332,20 @@ impl PayloadDecoder {
         }
     }
 
+    /// The reason the error names, or else what looking at the payload finds (a null field,
+    /// a missing key), or `undecodable`.
     fn classify(
         &self,
         writer_json: &str,
         payload: &[u8],
-        error: &str,
+        error: &PayloadError,
     ) -> (DeadLetterReason, String) {
+        if let Some(reason) = error.reason() {
+            return (reason, error.to_string());
+        }
+        let error = error.to_string();
         let Ok(writer) = apache_avro::Schema::parse_str(writer_json) else {
-            return (DeadLetterReason::Undecodable, error.to_string());
+            return (DeadLetterReason::Undecodable, error);
         };
         classify(
             &Expectations {
@@ -346,7 +356,7 @@ impl PayloadDecoder {
                 event_time: &self.spec.event_time,
             },
             payload,
-            error,
+            &error,
         )
     }
 

@@ -16,14 +16,14 @@ pub use decoder::{DecodeError, DecodeFailure, Decoded, DecoderSpec, PayloadDecod
 pub use reader_schema::{ReaderSchema, SchemaError};
 pub use reason::DeadLetterReason;
 pub use registry::{SchemaRegistry, WriterSchema};
-pub use row_decoders::PayloadFormat;
+pub use row_decoders::{PayloadError, PayloadFormat};
 pub use topics::{schema_topic, TopicDecoders};
 pub use writer_check::{check_writer, WriterRejected};
 
 /// Column names and Arrow types of the rows decoded with `reader`.
 pub fn arrow_schema_of_reader(
     reader: &ReaderSchema,
-) -> Result<Vec<(String, arrow::datatypes::DataType)>, String> {
+) -> Result<Vec<(String, arrow::datatypes::DataType)>, PayloadError> {
     Ok(row_decoders::arrow_schema_of(&reader.json)?
         .fields()
         .iter()

@@ -2,9 +2,78 @@
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use arrow::error::ArrowError;
+use arrow_avro::errors::AvroError;
 use arrow_avro::reader::{Decoder as AvroStream, ReaderBuilder};
 use arrow_avro::schema::{AvroSchema, Fingerprint, SchemaStore};
 use serde::Deserialize;
+
+use super::reason::DeadLetterReason;
+
+/// Why a payload (or a run of payloads) did not decode, named where the decoder found out.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    /// The payload ends inside the Avro datum.
+    #[error("the payload ends inside the Avro datum{}", detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    Truncated {
+        /// What the Avro decoder said, if it said something.
+        detail: Option<String>,
+    },
+    /// Bytes follow the datum.
+    #[error("trailing bytes after the Avro datum")]
+    TrailingBytes,
+    /// A JSON payload that is not UTF-8.
+    #[error("payload is not UTF-8: {0}")]
+    NotUtf8(#[source] std::str::Utf8Error),
+    /// A JSON payload that is not an object.
+    #[error("payload is not a JSON object")]
+    NotJsonObject,
+    /// A JSON payload nested deeper than is read.
+    #[error("JSON nested {depth}+ levels deep (at most {MAX_JSON_DEPTH} are read)")]
+    TooDeep {
+        /// The depth reached when reading stopped.
+        depth: usize,
+    },
+    /// The Avro decoder refused the datum.
+    #[error(transparent)]
+    Avro(#[from] AvroError),
+    /// The JSON decoder (or assembling rows) refused it.
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+    /// The decoders did not behave as expected (a run gave another number of rows).
+    #[error("{0}")]
+    Decoder(String),
+}
+
+impl PayloadError {
+    /// The dead-letter reason when the error names one by itself; `None` when the payload
+    /// must be looked at (e.g. which field is null).
+    pub fn reason(&self) -> Option<DeadLetterReason> {
+        match self {
+            PayloadError::Truncated { .. } => Some(DeadLetterReason::Truncated),
+            PayloadError::TrailingBytes => Some(DeadLetterReason::TrailingBytes),
+            PayloadError::NotUtf8(_)
+            | PayloadError::NotJsonObject
+            | PayloadError::TooDeep { .. } => Some(DeadLetterReason::Undecodable),
+            PayloadError::Avro(_) | PayloadError::Arrow(_) | PayloadError::Decoder(_) => None,
+        }
+    }
+}
+
+/// An Avro decoder error as the payload error it stands for.
+fn avro_payload_error(error: AvroError) -> PayloadError {
+    match error {
+        AvroError::EOF(detail) => PayloadError::Truncated {
+            detail: Some(detail),
+        },
+        AvroError::NeedMoreData(_) | AvroError::NeedMoreDataRange(_) => {
+            PayloadError::Truncated { detail: None }
+        }
+        // The decoder reads the bytes after a complete datum as the next datum's header.
+        AvroError::ParseError(e) if e.starts_with("Missing magic") => PayloadError::TrailingBytes,
+        other => PayloadError::Avro(other),
+    }
+}
 
 /// How payloads are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -30,9 +99,9 @@ impl PayloadFormat {
 /// Decodes payloads of one writer schema version into rows of the reader schema.
 pub trait RowDecoder: Send {
     /// Takes one payload; an error means this payload cannot be decoded.
-    fn feed(&mut self, payload: &[u8]) -> Result<(), String>;
+    fn feed(&mut self, payload: &[u8]) -> Result<(), PayloadError>;
     /// The rows fed since the last flush (exactly one per payload).
-    fn flush(&mut self) -> Result<Option<RecordBatch>, String>;
+    fn flush(&mut self) -> Result<Option<RecordBatch>, PayloadError>;
 }
 
 /// Builds a row decoder for `format` reading payloads written with `writer_json`.
@@ -42,7 +111,7 @@ pub fn build_row_decoder(
     reader_json: &str,
     arrow_schema: &SchemaRef,
     capacity: usize,
-) -> Result<Box<dyn RowDecoder>, String> {
+) -> Result<Box<dyn RowDecoder>, PayloadError> {
     match format {
         PayloadFormat::Avro => Ok(Box::new(AvroRows::new(writer_json, reader_json, capacity)?)),
         PayloadFormat::Json => Ok(Box::new(JsonRows::new(arrow_schema, capacity)?)),
@@ -50,7 +119,7 @@ pub fn build_row_decoder(
 }
 
 /// The Arrow schema `arrow-avro` derives from an Avro reader schema.
-pub fn arrow_schema_of(reader_json: &str) -> Result<SchemaRef, String> {
+pub fn arrow_schema_of(reader_json: &str) -> Result<SchemaRef, PayloadError> {
     Ok(avro_stream(reader_json, reader_json, 1)?.0.schema())
 }
 
@@ -67,7 +136,7 @@ struct AvroRows {
 }
 
 impl AvroRows {
-    fn new(writer_json: &str, reader_json: &str, capacity: usize) -> Result<Self, String> {
+    fn new(writer_json: &str, reader_json: &str, capacity: usize) -> Result<Self, PayloadError> {
         let (stream, fingerprint) = avro_stream(writer_json, reader_json, capacity)?;
         Ok(Self {
             stream,
@@ -78,9 +147,11 @@ impl AvroRows {
 }
 
 /// `C3 01` then the little-endian Rabin fingerprint (Avro single-object encoding).
-fn single_object_header(fingerprint: Fingerprint) -> Result<[u8; 10], String> {
+fn single_object_header(fingerprint: Fingerprint) -> Result<[u8; 10], PayloadError> {
     let Fingerprint::Rabin(rabin) = fingerprint else {
-        return Err(format!("unexpected writer fingerprint {fingerprint:?}"));
+        return Err(PayloadError::Decoder(format!(
+            "unexpected writer fingerprint {fingerprint:?}"
+        )));
     };
     let mut header = [0u8; 10];
     header[..2].copy_from_slice(&[0xC3, 0x01]);
@@ -89,34 +160,31 @@ fn single_object_header(fingerprint: Fingerprint) -> Result<[u8; 10], String> {
 }
 
 impl RowDecoder for AvroRows {
-    fn feed(&mut self, payload: &[u8]) -> Result<(), String> {
+    fn feed(&mut self, payload: &[u8]) -> Result<(), PayloadError> {
         if self.stream.batch_is_full() {
-            if let Some(batch) = self.stream.flush().map_err(|e| e.to_string())? {
+            if let Some(batch) = self.stream.flush().map_err(avro_payload_error)? {
                 self.done.push(batch);
             }
         }
         match self.stream.decode(&self.header) {
             Ok(n) if n == self.header.len() => {}
-            Ok(_) => return Err("the Avro decoder did not take the datum header".into()),
-            Err(e) => return Err(e.to_string()),
+            Ok(_) => {
+                return Err(PayloadError::Decoder(
+                    "the Avro decoder did not take the datum header".into(),
+                ))
+            }
+            Err(e) => return Err(avro_payload_error(e)),
         }
         match self.stream.decode(payload) {
             Ok(n) if n == payload.len() => Ok(()),
-            Ok(0) if !payload.is_empty() => Err("the payload ends inside the Avro datum".into()),
-            // The decoder reads the bytes after a complete datum as the next header.
-            Err(arrow_avro::errors::AvroError::ParseError(e)) if e.starts_with("Missing magic") => {
-                Err("trailing bytes after the Avro datum".into())
-            }
-            Ok(n) => Err(format!(
-                "{} trailing bytes after the Avro datum",
-                payload.len() - n
-            )),
-            Err(e) => Err(e.to_string()),
+            Ok(0) if !payload.is_empty() => Err(PayloadError::Truncated { detail: None }),
+            Ok(_) => Err(PayloadError::TrailingBytes),
+            Err(e) => Err(avro_payload_error(e)),
         }
     }
 
-    fn flush(&mut self) -> Result<Option<RecordBatch>, String> {
-        if let Some(batch) = self.stream.flush().map_err(|e| e.to_string())? {
+    fn flush(&mut self) -> Result<Option<RecordBatch>, PayloadError> {
+        if let Some(batch) = self.stream.flush().map_err(avro_payload_error)? {
             self.done.push(batch);
         }
         concat(std::mem::take(&mut self.done))
@@ -127,18 +195,15 @@ fn avro_stream(
     writer_json: &str,
     reader_json: &str,
     capacity: usize,
-) -> Result<(AvroStream, Fingerprint), String> {
+) -> Result<(AvroStream, Fingerprint), PayloadError> {
     let mut store = SchemaStore::new();
-    let fingerprint = store
-        .register(AvroSchema::new(writer_json.to_string()))
-        .map_err(|e| e.to_string())?;
+    let fingerprint = store.register(AvroSchema::new(writer_json.to_string()))?;
     let stream = ReaderBuilder::new()
         .with_reader_schema(AvroSchema::new(reader_json.to_string()))
         .with_writer_schema_store(store)
         .with_active_fingerprint(fingerprint)
         .with_batch_size(capacity.max(1))
-        .build_decoder()
-        .map_err(|e| e.to_string())?;
+        .build_decoder()?;
     Ok((stream, fingerprint))
 }
 
@@ -181,11 +246,10 @@ fn nesting_beyond(json: &[u8], limit: usize) -> Option<usize> {
 }
 
 impl JsonRows {
-    fn new(schema: &SchemaRef, capacity: usize) -> Result<Self, String> {
+    fn new(schema: &SchemaRef, capacity: usize) -> Result<Self, PayloadError> {
         let stream = arrow_json::ReaderBuilder::new(schema.clone())
             .with_batch_size(capacity.max(1))
-            .build_decoder()
-            .map_err(|e| e.to_string())?;
+            .build_decoder()?;
         Ok(Self {
             stream,
             done: Vec::new(),
@@ -194,53 +258,52 @@ impl JsonRows {
 }
 
 impl RowDecoder for JsonRows {
-    fn feed(&mut self, payload: &[u8]) -> Result<(), String> {
-        let text =
-            std::str::from_utf8(payload).map_err(|e| format!("payload is not UTF-8: {e}"))?;
+    fn feed(&mut self, payload: &[u8]) -> Result<(), PayloadError> {
+        let text = std::str::from_utf8(payload).map_err(PayloadError::NotUtf8)?;
         if !text.trim_start().starts_with('{') {
-            return Err("payload is not a JSON object".into());
+            return Err(PayloadError::NotJsonObject);
         }
         // Decoders below recurse per level: a payload nested 100,000 deep overflowed the
         // stack and took the process down (the bad-input corpus found it).
         if let Some(depth) = nesting_beyond(payload, MAX_JSON_DEPTH) {
-            return Err(format!(
-                "JSON nested {depth}+ levels deep (at most {MAX_JSON_DEPTH} are read)"
-            ));
+            return Err(PayloadError::TooDeep { depth });
         }
         let mut rest = payload;
         while !rest.is_empty() {
-            let consumed = self.stream.decode(rest).map_err(|e| e.to_string())?;
+            let consumed = self.stream.decode(rest)?;
             if consumed == 0 {
                 // The batch is full: move it aside and go on.
-                match self.stream.flush().map_err(|e| e.to_string())? {
+                match self.stream.flush()? {
                     Some(batch) => self.done.push(batch),
-                    None => return Err("JSON decoder made no progress".into()),
+                    None => {
+                        return Err(PayloadError::Decoder(
+                            "JSON decoder made no progress".into(),
+                        ))
+                    }
                 }
             }
             rest = &rest[consumed..];
         }
         // Terminates the value so the next payload starts a new row.
-        self.stream.decode(b"\n").map_err(|e| e.to_string())?;
+        self.stream.decode(b"\n")?;
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<Option<RecordBatch>, String> {
-        if let Some(batch) = self.stream.flush().map_err(|e| e.to_string())? {
+    fn flush(&mut self) -> Result<Option<RecordBatch>, PayloadError> {
+        if let Some(batch) = self.stream.flush()? {
             self.done.push(batch);
         }
         concat(std::mem::take(&mut self.done))
     }
 }
 
-fn concat(batches: Vec<RecordBatch>) -> Result<Option<RecordBatch>, String> {
+fn concat(batches: Vec<RecordBatch>) -> Result<Option<RecordBatch>, PayloadError> {
     match batches.len() {
         0 => Ok(None),
         1 => Ok(batches.into_iter().next()),
         _ => {
             let schema = batches[0].schema();
-            arrow::compute::concat_batches(&schema, &batches)
-                .map(Some)
-                .map_err(|e| e.to_string())
+            Ok(Some(arrow::compute::concat_batches(&schema, &batches)?))
         }
     }
 }

@@ -90,7 +90,7 @@ impl DeltaSink {
                             (metadata_keys::MESSAGE_RANGES.into(), taken.ranges_json()),
                         ],
                     )
-                    .map_err(SinkError::fatal)?;
+                    .map_err(|e| SinkError::fatal_from("Parquet settings", e))?;
                     let files = match table.files_table().await {
                         Ok(files) => write_files(files, taken.row_batches(), properties)
                             .await

@@ -28,11 +28,9 @@ pub mod metadata_keys {
 pub fn writer_properties(
     config: &OfflineSinkConfig,
     metadata: Vec<(String, String)>,
-) -> Result<WriterProperties, String> {
+) -> Result<WriterProperties, parquet::errors::ParquetError> {
     let compression = match config.compression {
-        Compression::Zstd => ParquetCompression::ZSTD(
-            ZstdLevel::try_new(config.zstd_level).map_err(|e| e.to_string())?,
-        ),
+        Compression::Zstd => ParquetCompression::ZSTD(ZstdLevel::try_new(config.zstd_level)?),
         Compression::Snappy => ParquetCompression::SNAPPY,
         Compression::Lz4 => ParquetCompression::LZ4_RAW,
         Compression::None => ParquetCompression::UNCOMPRESSED,

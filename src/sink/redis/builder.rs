@@ -29,7 +29,8 @@ impl SinkBuilder for RedisSinkBuilder {
             context.cancel.clone(),
         )
         .await?;
-        let client = RedisClient::open(&self.service).map_err(SinkError::fatal)?;
+        let client = RedisClient::open(&self.service)
+            .map_err(|e| SinkError::fatal_from("Redis client", e))?;
         context
             .health
             .add_probe(std::sync::Arc::new(RedisProbe { client }));

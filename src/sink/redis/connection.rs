@@ -42,20 +42,39 @@ pub enum RedisConnection {
     Cluster(ClusterConnection),
 }
 
+/// The Redis client cannot be set up from the service config.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisSetupError {
+    /// `redis.tls_ca_file` cannot be read.
+    #[error("cannot read redis.tls_ca_file {path}: {source}")]
+    ReadCa {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The URL (or a cluster node's) is not a Redis URL.
+    #[error("invalid Redis URL: {0}")]
+    InvalidUrl(#[source] redis::RedisError),
+}
+
 impl RedisClient {
     /// A client for the service config: URL(s), timeouts, TLS root certificate.
-    pub fn open(service: &RedisServiceConfig) -> Result<Self, String> {
+    pub fn open(service: &RedisServiceConfig) -> Result<Self, RedisSetupError> {
         let certificates = match &service.tls_ca_file {
             Some(path) => Some(TlsCertificates {
                 client_tls: None,
                 root_cert: Some(
-                    std::fs::read(path)
-                        .map_err(|e| format!("cannot read redis.tls_ca_file {path}: {e}"))?,
+                    std::fs::read(path).map_err(|source| RedisSetupError::ReadCa {
+                        path: path.clone(),
+                        source,
+                    })?,
                 ),
             }),
             None => None,
         };
-        let invalid = |e: redis::RedisError| format!("invalid Redis URL: {e}");
+        let invalid = RedisSetupError::InvalidUrl;
         match service.mode {
             RedisMode::Standalone => {
                 let client = match certificates {

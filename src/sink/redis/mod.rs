@@ -13,7 +13,7 @@ mod writer;
 
 pub use builder::RedisSinkBuilder;
 pub use config::{LayoutKind, OnlineSinkConfig, RedisServiceConfig};
-pub use connection::{RedisClient, RedisConnection, RedisMode};
+pub use connection::{RedisClient, RedisConnection, RedisMode, RedisSetupError};
 pub use feast::supported as feast_supports;
 pub use layout::{entity_key, Layout, NativeLayout, EVENT_TIME_FIELD};
 pub use probe::RedisProbe;

@@ -43,8 +43,8 @@ pub enum QueryError {
         feature: String,
     },
     /// The Redis client could not be set up.
-    #[error("{0}")]
-    Setup(String),
+    #[error(transparent)]
+    Setup(#[from] super::RedisSetupError),
     /// Redis failed.
     #[error("Redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -122,7 +122,7 @@ impl OnlineReader {
         service: &RedisServiceConfig,
         views: impl IntoIterator<Item = OnlineView>,
     ) -> Result<Self, QueryError> {
-        let client = RedisClient::open(service).map_err(QueryError::Setup)?;
+        let client = RedisClient::open(service)?;
         let connection = client.connect().await?;
         let views = views
             .into_iter()

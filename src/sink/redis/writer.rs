@@ -115,7 +115,8 @@ impl RedisSink {
         rows: RowLayout,
         cancel: CancellationToken,
     ) -> Result<Self, SinkError> {
-        let client = RedisClient::open(service).map_err(SinkError::fatal)?;
+        let client =
+            RedisClient::open(service).map_err(|e| SinkError::fatal_from("Redis client", e))?;
         let layout = match config.layout {
             LayoutKind::Native => Layout::Native(NativeLayout::new(&config.key_prefix, view, rows)),
             LayoutKind::Feast => Layout::Feast(FeastLayout::new(

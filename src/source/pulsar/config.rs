@@ -40,36 +40,71 @@ impl std::fmt::Debug for PulsarServiceConfig {
     }
 }
 
+/// The service's Pulsar credentials or CA cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    /// A configured file cannot be read.
+    #[error("cannot read pulsar.{key} {path}: {source}")]
+    ReadFile {
+        /// The config key naming the file.
+        key: &'static str,
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token has characters an HTTP header cannot carry.
+    #[error("the Pulsar token is not a valid HTTP header value")]
+    BadToken(#[source] reqwest::header::InvalidHeaderValue),
+    /// The CA file is not PEM.
+    #[error("pulsar.tls_ca_file is not a PEM certificate: {0}")]
+    BadCa(#[source] reqwest::Error),
+    /// The admin HTTP client cannot be built.
+    #[error("admin HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
 fn non_empty(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
 impl PulsarServiceConfig {
     /// The JWT to present, if any: `token`, else the contents of `token_file`.
-    pub fn token(&self) -> Result<Option<String>, String> {
+    pub fn token(&self) -> Result<Option<String>, CredentialError> {
         if let Some(token) = non_empty(&self.token) {
             return Ok(Some(token.to_string()));
         }
         match non_empty(&self.token_file) {
             Some(path) => std::fs::read_to_string(path)
                 .map(|token| Some(token.trim().to_string()))
-                .map_err(|e| format!("cannot read pulsar.token_file {path}: {e}")),
+                .map_err(|source| CredentialError::ReadFile {
+                    key: "token_file",
+                    path: path.to_string(),
+                    source,
+                }),
             None => Ok(None),
         }
     }
 
     /// The CA certificate (PEM) to trust, if configured.
-    pub fn tls_ca(&self) -> Result<Option<Vec<u8>>, String> {
+    pub fn tls_ca(&self) -> Result<Option<Vec<u8>>, CredentialError> {
         match non_empty(&self.tls_ca_file) {
-            Some(path) => std::fs::read(path)
-                .map(Some)
-                .map_err(|e| format!("cannot read pulsar.tls_ca_file {path}: {e}")),
+            Some(path) => {
+                std::fs::read(path)
+                    .map(Some)
+                    .map_err(|source| CredentialError::ReadFile {
+                        key: "tls_ca_file",
+                        path: path.to_string(),
+                        source,
+                    })
+            }
             None => Ok(None),
         }
     }
 
     /// The admin REST API client of this cluster.
-    pub fn admin(&self) -> Result<super::PulsarAdmin, String> {
+    pub fn admin(&self) -> Result<super::PulsarAdmin, CredentialError> {
         Ok(super::PulsarAdmin::new(
             self.admin_client()?,
             &self.admin_url,
@@ -77,24 +112,22 @@ impl PulsarServiceConfig {
     }
 
     /// An HTTP client for the admin REST API: the token as a bearer header, the CA trusted.
-    pub fn admin_client(&self) -> Result<reqwest::Client, String> {
+    pub fn admin_client(&self) -> Result<reqwest::Client, CredentialError> {
         let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(10));
         if let Some(token) = self.token()? {
             let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-                .map_err(|_| "the Pulsar token is not a valid HTTP header value".to_string())?;
+                .map_err(CredentialError::BadToken)?;
             value.set_sensitive(true);
             let mut headers = reqwest::header::HeaderMap::new();
             headers.insert(reqwest::header::AUTHORIZATION, value);
             builder = builder.default_headers(headers);
         }
         if let Some(pem) = self.tls_ca()? {
-            let certificate = reqwest::Certificate::from_pem(&pem)
-                .map_err(|e| format!("pulsar.tls_ca_file is not a PEM certificate: {e}"))?;
+            let certificate =
+                reqwest::Certificate::from_pem(&pem).map_err(CredentialError::BadCa)?;
             builder = builder.add_root_certificate(certificate);
         }
-        builder
-            .build()
-            .map_err(|e| format!("admin HTTP client: {e}"))
+        builder.build().map_err(CredentialError::Client)
     }
 }
 

@@ -17,7 +17,9 @@ use pulsar::{Consumer, OperationRetryOptions, Pulsar, TokioExecutor};
 
 pub use acks::{acks_for, AckTarget};
 pub use admin::{parse as parse_admin_answer, AdminError, PulsarAdmin};
-pub use config::{PulsarServiceConfig, PulsarSourceConfig, StartPosition, SubscriptionKind};
+pub use config::{
+    CredentialError, PulsarServiceConfig, PulsarSourceConfig, StartPosition, SubscriptionKind,
+};
 pub use reader::{PublishRange, PulsarReaderSource};
 pub use topic::{partitioned_topic, BadTopicName, TopicName};
 
@@ -47,15 +49,18 @@ pub enum SourceError {
         source: pulsar::Error,
     },
     /// Sending an acknowledgement failed.
-    #[error("cannot acknowledge on {topic} (`{subscription}`): {reason}")]
+    #[error("cannot acknowledge on {topic} (`{subscription}`): {source}")]
     Ack {
         /// Topic.
         topic: String,
         /// Subscription.
         subscription: String,
         /// Why.
-        reason: String,
+        source: pulsar::error::ConsumerError,
     },
+    /// The configured credentials or CA cannot be used.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
 }
 
 /// How long closing a consumer may take at shutdown.
@@ -195,10 +200,6 @@ impl PulsarSource {
         service: &PulsarServiceConfig,
     ) -> Result<Pulsar<TokioExecutor>, SourceError> {
         let url = service.url.as_str();
-        let setup = |reason: String| SourceError::Connect {
-            url: url.to_string(),
-            source: pulsar::Error::Custom(reason),
-        };
         let mut builder = Pulsar::builder(url, TokioExecutor)
             // Bounded: a busy Exclusive subscription must become an error, not an endless
             // wait; callers that must not give up (consumer rebuild, DLQ) loop themselves.
@@ -207,13 +208,13 @@ impl PulsarSource {
                 retry_delay: Duration::from_secs(1),
                 max_retries: Some(10),
             });
-        if let Some(token) = service.token().map_err(setup)? {
+        if let Some(token) = service.token()? {
             builder = builder.with_auth(pulsar::Authentication {
                 name: "token".into(),
                 data: token.into_bytes(),
             });
         }
-        if let Some(pem) = service.tls_ca().map_err(setup)? {
+        if let Some(pem) = service.tls_ca()? {
             builder = builder
                 .with_certificate_chain(pem)
                 .with_allow_insecure_connection(false)
@@ -373,10 +374,10 @@ impl Source for PulsarSource {
                         .await
                 }
             };
-            result.map_err(|e| SourceError::Ack {
+            result.map_err(|source| SourceError::Ack {
                 topic: self.topic.clone(),
                 subscription: self.subscription.clone(),
-                reason: e.to_string(),
+                source,
             })?;
         }
         Ok(())
