@@ -97,7 +97,7 @@ offline:
     aws_allow_http: "true"
     aws_virtual_hosted_style_request: "false"
 http:
-  bind: "${{FC_HTTP_BIND}}"
+  bind: "${{FC_HTTP_BIND:-}}"
 shutdown_timeout: 20s
 """)
     (work / "connectors/rep.yaml").write_text(f"""name: rep
