@@ -114,20 +114,7 @@ impl ConfigArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    // Two TLS backends are linked (ours and the one `deltalake`'s kernel engine brings), so
-    // rustls cannot pick one by itself; every TLS client of the process uses aws-lc-rs.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async move {
+    run_async(async move {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Validate(args) => validate::validate(&args),
@@ -138,6 +125,24 @@ pub fn main() -> ExitCode {
             Command::Offline(args) => offline::offline(args).await,
         }
     })
+}
+
+/// Runs `work` on a multi-threaded runtime with the process's TLS provider installed: the
+/// start of this binary and of the load generator's.
+pub fn run_async(work: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    // Two TLS backends are linked (ours and the one `deltalake`'s kernel engine brings), so
+    // rustls cannot pick one by itself; every TLS client of the process uses aws-lc-rs.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(work),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Logs to stderr, filtered by `RUST_LOG`; JSON lines when `FC_LOG_FORMAT=json`.

@@ -21,18 +21,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     feature_connector::cli::init_logging();
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async move {
+    feature_connector::cli::run_async(async move {
         match cli.command {
             Command::Produce(args) => feature_connector_loadgen::produce::produce(args).await,
         }
