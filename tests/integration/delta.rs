@@ -183,25 +183,8 @@ async fn replicas_handing_partitions_over_and_a_backfill_write_every_event_once(
     let store = local_offline_url(&project);
     let mut seen = std::collections::HashMap::new();
     for (_, batch) in read_table(&store, "rep").await {
-        let users = batch.column_by_name("user_id").expect("user_id");
-        let users = arrow::compute::cast(users, &arrow::datatypes::DataType::Utf8).expect("cast");
-        let users = users
-            .as_any()
-            .downcast_ref::<arrow::array::StringArray>()
-            .expect("strings");
-        let times = arrow::compute::cast(
-            batch.column_by_name("event_time").expect("event_time"),
-            &arrow::datatypes::DataType::Int64,
-        )
-        .expect("cast");
-        let times = times
-            .as_any()
-            .downcast_ref::<arrow::array::Int64Array>()
-            .expect("int64");
-        for row in 0..batch.num_rows() {
-            *seen
-                .entry((users.value(row).to_string(), times.value(row)))
-                .or_insert(0) += 1;
+        for (user, time) in event_ids(&batch) {
+            *seen.entry((user.unwrap_or_default(), time)).or_insert(0) += 1;
         }
     }
     let found: usize = seen.values().sum();

@@ -182,26 +182,12 @@ pub fn partition_columns(granularity: Granularity) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use arrow::datatypes::{Field, Schema};
-
     use super::super::types::desired_schema;
+    use super::super::types::tests::rows_schema;
     use arrow::array::{DictionaryArray, FixedSizeBinaryArray, Int64Array, StringArray};
     use arrow::datatypes::Int32Type;
 
     use super::*;
-
-    fn rows_schema() -> Schema {
-        Schema::new(vec![
-            Field::new("user_id", DataType::Utf8, false),
-            Field::new("event_time", DataType::Int64, false),
-            Field::new(
-                "colour",
-                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
-                false,
-            ),
-            Field::new("uuid", DataType::FixedSizeBinary(2), false),
-        ])
-    }
 
     #[test]
     fn long_millis_become_utc_micros_and_partitions_follow_the_event_time() {

@@ -197,10 +197,11 @@ fn merge_type(path: &str, current: &DataType, wanted: &DataType) -> Result<DataT
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn rows_schema() -> Schema {
+    /// Decoded rows of a test pipeline: a key, a long event time and two types Delta lacks.
+    pub(in crate::sink::delta) fn rows_schema() -> Schema {
         Schema::new(vec![
             Field::new("user_id", DataType::Utf8, false),
             Field::new("event_time", DataType::Int64, false),

@@ -442,28 +442,43 @@ pub async fn read_table(store_url: &str, pipeline: &str) -> Vec<(String, RecordB
     out
 }
 
+/// The `(user_id, event_time in ms)` of each row of a table batch; `None` for a null user id.
+pub fn event_ids(batch: &RecordBatch) -> Vec<(Option<String>, i64)> {
+    let users = arrow::compute::cast(
+        batch.column_by_name("user_id").expect("user_id column"),
+        &arrow::datatypes::DataType::Utf8,
+    )
+    .expect("cast");
+    let users = users
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .expect("strings");
+    let times = arrow::compute::cast(
+        batch.column_by_name("event_time").expect("event_time"),
+        &arrow::datatypes::DataType::Int64,
+    )
+    .expect("cast");
+    let times = times
+        .as_any()
+        .downcast_ref::<arrow::array::Int64Array>()
+        .expect("int64");
+    (0..batch.num_rows())
+        .map(|row| {
+            let user =
+                arrow::array::Array::is_valid(users, row).then(|| users.value(row).to_string());
+            (user, times.value(row))
+        })
+        .collect()
+}
+
 /// Number of rows of the table, asserting no `(user_id, event_time)` appears twice.
 pub async fn unique_events(store_url: &str, pipeline: &str) -> usize {
     let mut seen = std::collections::HashSet::new();
     for (file, batch) in read_table(store_url, pipeline).await {
-        let users = batch.column_by_name("user_id").expect("user_id column");
-        let users = users
-            .as_any()
-            .downcast_ref::<arrow::array::StringArray>()
-            .expect("strings");
-        assert_eq!(arrow::array::Array::null_count(users), 0, "{file}");
-        let times = arrow::compute::cast(
-            batch.column_by_name("event_time").expect("event_time"),
-            &arrow::datatypes::DataType::Int64,
-        )
-        .expect("cast");
-        let times = times
-            .as_any()
-            .downcast_ref::<arrow::array::Int64Array>()
-            .expect("int64");
-        for row in 0..batch.num_rows() {
+        for (row, (user, time)) in event_ids(&batch).into_iter().enumerate() {
+            let user = user.unwrap_or_else(|| panic!("row {row} of {file} has no user_id"));
             assert!(
-                seen.insert((users.value(row).to_string(), times.value(row))),
+                seen.insert((user, time)),
                 "row {row} of {file} is a duplicate"
             );
         }
