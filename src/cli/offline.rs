@@ -85,7 +85,7 @@ pub async fn offline(args: OfflineArgs) -> ExitCode {
         Ok(found) => found,
         Err(code) => return code,
     };
-    let Some(offline) = pipeline.offline.clone() else {
+    let Some(offline) = pipeline.sinks.offline.clone() else {
         eprintln!("error: pipeline `{}` has no offline sink", pipeline.name);
         return ExitCode::from(EXIT_CONFIG);
     };
@@ -143,6 +143,7 @@ async fn open(
     config: &ConfigArgs,
 ) -> Result<OfflineTable, String> {
     let url = pipeline
+        .sinks
         .offline
         .as_ref()
         .and_then(|o| o.url.as_ref())

@@ -25,7 +25,7 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
     let http = if service.http.bind.is_empty() {
         None
     } else {
-        let reader = if pipelines.iter().any(|p| p.online.is_some()) {
+        let reader = if pipelines.iter().any(|p| p.sinks.online.is_some()) {
             match crate::sink::redis::OnlineReader::connect(
                 &service.redis,
                 pipelines.iter().filter_map(PipelineConfig::online_view),

@@ -10,21 +10,12 @@ pub fn validate(args: &ConfigArgs) -> ExitCode {
         Ok((_, pipelines)) => {
             for pipeline in &pipelines {
                 println!(
-                    "ok: {} ({}): topic {}, {} feature(s), online {}, offline {}",
+                    "ok: {} ({}): topic {}, {} feature(s), {}",
                     pipeline.name,
                     pipeline.file.display(),
                     pipeline.source.describe_topics(),
                     pipeline.features.len(),
-                    if pipeline.online.is_some() {
-                        "on"
-                    } else {
-                        "off"
-                    },
-                    if pipeline.offline.is_some() {
-                        "on"
-                    } else {
-                        "off"
-                    },
+                    pipeline.sinks.summary(),
                 );
             }
             println!("{} pipeline(s) valid", pipelines.len());

@@ -9,35 +9,90 @@ use super::ServiceConfig;
 use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned};
 use crate::record::RowLayout;
 use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
-use crate::sink::delta::{DeltaSinkBuilder, OfflineSinkConfig};
-use crate::sink::redis::{
-    feast_supports, LayoutKind, OnlineSinkConfig, OnlineView, RedisSinkBuilder,
-};
-use crate::sink::SinkBuilder;
+use crate::sink::delta::OfflineSinkConfig;
+use crate::sink::redis::{overlapping_key_spaces, OnlineSinkConfig, OnlineView};
+use crate::sink::{PipelineShape, SinkBuilder, SinkSection};
 use crate::source::pulsar::PulsarSourceConfig;
 
-/// A pipeline file as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PipelineFile {
-    /// Unique pipeline name; also the feature view name in Redis keys and the offline table name.
-    pub name: Spanned<String>,
-    /// Where the events come from.
-    pub source: PulsarSourceConfig,
-    /// The reader schema the pipeline expects.
-    pub schema: SchemaRef,
-    /// Which fields identify the entity and its event time.
-    pub entity: EntityConfig,
-    /// Which fields are features: `all` (every field that is not a key or the event time)
-    /// or a list of names.
-    #[serde(default)]
-    pub features: Option<Spanned<FeatureSelection>>,
+/// Declares the pipeline file and the list of sink kinds, one line per sink:
+/// `key: SectionType => service_field`, where `SectionType` (in the sink's folder) implements
+/// [`SinkSection`] and `service_field` is the [`ServiceConfig`] section its builder reads.
+macro_rules! sinks {
+    ($($(#[$doc:meta])* $key:ident: $section:ty => $service:ident,)+) => {
+        /// A pipeline file as written.
+        #[derive(Debug, Clone, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct PipelineFile {
+            /// Unique pipeline name; also the feature view name in Redis keys and the
+            /// offline table name.
+            pub name: Spanned<String>,
+            /// Where the events come from.
+            pub source: PulsarSourceConfig,
+            /// The reader schema the pipeline expects.
+            pub schema: SchemaRef,
+            /// Which fields identify the entity and its event time.
+            pub entity: EntityConfig,
+            /// Which fields are features: `all` (every field that is not a key or the event
+            /// time) or a list of names.
+            #[serde(default)]
+            pub features: Option<Spanned<FeatureSelection>>,
+            $($(#[$doc])* #[serde(default)] pub $key: Option<$section>,)+
+        }
+
+        /// A pipeline's enabled sinks, one field per sink kind.
+        #[derive(Debug, Clone, Default)]
+        pub struct SinkSections {
+            $($(#[$doc])* pub $key: Option<$section>,)+
+        }
+
+        impl SinkSections {
+            /// The pipeline-file keys of the sink kinds.
+            pub const KINDS: &'static [&'static str] = &[$(stringify!($key),)+];
+
+            /// The sections of `file` that are not turned off.
+            fn enabled_in(file: &PipelineFile) -> Self {
+                SinkSections {
+                    $($key: file.$key.clone().filter(SinkSection::enabled),)+
+                }
+            }
+
+            /// Every enabled section's own checks.
+            fn check(&self, shape: &PipelineShape<'_>) -> Vec<ConfigIssue> {
+                let mut issues = Vec::new();
+                $(if let Some(section) = &self.$key {
+                    issues.extend(section.check(shape));
+                })+
+                issues
+            }
+
+            /// `true` when no sink is enabled.
+            pub fn is_empty(&self) -> bool {
+                true $(&& self.$key.is_none())+
+            }
+
+            /// `online on, offline off`: which sinks are enabled.
+            pub fn summary(&self) -> String {
+                [$(format!("{} {}", stringify!($key), if self.$key.is_some() { "on" } else { "off" }),)+]
+                    .join(", ")
+            }
+
+            /// The builders of the enabled sinks, in the order of the list.
+            fn builders(&self, service: &ServiceConfig) -> Vec<Box<dyn SinkBuilder>> {
+                let mut builders: Vec<Box<dyn SinkBuilder>> = Vec::new();
+                $(if let Some(section) = &self.$key {
+                    builders.push(section.builder(&service.$service));
+                })+
+                builders
+            }
+        }
+    };
+}
+
+sinks! {
     /// The Redis online sink; absent or `enabled: false` turns it off.
-    #[serde(default)]
-    pub online: Option<OnlineSinkConfig>,
+    online: OnlineSinkConfig => redis,
     /// The offline sink (a Delta table); absent or `enabled: false` turns it off.
-    #[serde(default)]
-    pub offline: Option<OfflineSinkConfig>,
+    offline: OfflineSinkConfig => offline,
 }
 
 /// The schema a pipeline expects, and how it treats other writer versions.
@@ -102,10 +157,8 @@ pub struct PipelineConfig {
     pub event_time: String,
     /// Feature fields, in schema order.
     pub features: Vec<String>,
-    /// Online sink, when enabled.
-    pub online: Option<OnlineSinkConfig>,
-    /// Offline sink, when enabled.
-    pub offline: Option<OfflineSinkConfig>,
+    /// The enabled sinks.
+    pub sinks: SinkSections,
 }
 
 impl PipelineConfig {
@@ -118,29 +171,15 @@ impl PipelineConfig {
         }
     }
 
-    /// The pipeline's sinks, each as the builder the runtime turns into a lane. The one place
-    /// that lists the sink kinds.
+    /// The pipeline's enabled sinks, each as the builder the runtime turns into a running
+    /// sink.
     pub fn sink_builders(&self, service: &ServiceConfig) -> Vec<Box<dyn SinkBuilder>> {
-        let mut builders: Vec<Box<dyn SinkBuilder>> = Vec::new();
-        if let Some(online) = &self.online {
-            builders.push(Box::new(RedisSinkBuilder {
-                service: service.redis.clone(),
-                config: online.clone(),
-            }));
-        }
-        if let Some(offline) = &self.offline {
-            builders.push(Box::new(DeltaSinkBuilder {
-                service: service.offline.clone(),
-                config: offline.clone(),
-                gap_grace: None,
-            }));
-        }
-        builders
+        self.sinks.builders(service)
     }
 
     /// How readers see this pipeline's online features; `None` without an online sink.
     pub fn online_view(&self) -> Option<OnlineView> {
-        let online = self.online.as_ref()?;
+        let online = self.sinks.online.as_ref()?;
         let types = crate::schema::arrow_schema_of_reader(&self.schema).unwrap_or_default();
         Some(OnlineView::new(
             &self.name,
@@ -224,7 +263,11 @@ pub fn load_pipelines(
             Err(mut found) => issues.append(&mut found),
         }
     }
-    issues.extend(overlapping_key_spaces(&pipelines));
+    let online: Vec<_> = pipelines
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), p.file.as_path(), p.sinks.online.as_ref()?)))
+        .collect();
+    issues.extend(overlapping_key_spaces(&online));
     if issues.is_empty() {
         Ok(pipelines)
     } else {
@@ -238,39 +281,6 @@ fn inside(root: &Path, path: &Path) -> bool {
         (Ok(root), Ok(path)) => path.starts_with(root),
         _ => false,
     }
-}
-
-/// Native-layout pipelines whose keys `{prefix}:{pipeline}:{entity}` could be the same
-/// Redis keys (one key space starting with the other, e.g. prefix `fc:a` + pipeline `b`
-/// and prefix `fc` + pipeline `a` with an entity `b:…`): each would overwrite the other.
-fn overlapping_key_spaces(pipelines: &[PipelineConfig]) -> Vec<ConfigIssue> {
-    let spaces: Vec<(&PipelineConfig, String)> = pipelines
-        .iter()
-        .filter_map(|p| {
-            let online = p.online.as_ref()?;
-            (online.layout == LayoutKind::Native)
-                .then(|| (p, format!("{}:{}:", online.key_prefix, p.name)))
-        })
-        .collect();
-    let mut issues = Vec::new();
-    for (i, (a, space_a)) in spaces.iter().enumerate() {
-        for (b, space_b) in &spaces[i + 1..] {
-            if space_a.starts_with(space_b.as_str()) || space_b.starts_with(space_a.as_str()) {
-                issues.push(ConfigIssue {
-                    file: b.file.clone(),
-                    line: None,
-                    key: Some("online.key_prefix".into()),
-                    message: format!(
-                        "pipeline `{}` writes Redis keys `{space_b}…`, which overlap `{space_a}…` of pipeline `{}` ({}); give one a distinct key_prefix",
-                        b.name,
-                        a.name,
-                        a.file.display()
-                    ),
-                });
-            }
-        }
-    }
-    issues
 }
 
 fn check(
@@ -389,45 +399,26 @@ fn check(
         }
     }
 
-    let online = parsed.online.filter(|o| o.enabled);
-    let offline = parsed.offline.filter(|o| o.enabled);
-    if let Some(online) = &online {
-        issues.extend(online.check(file));
-        if let (LayoutKind::Feast, Some(schema)) = (online.layout, &schema) {
-            let types = crate::schema::arrow_schema_of_reader(schema).unwrap_or_default();
-            for (name, data_type) in types.iter().filter(|(n, _)| features.contains(n)) {
-                if !feast_supports(data_type) {
-                    issues.push(ConfigIssue {
-                        file: file.to_path_buf(),
-                        line: None,
-                        key: Some("online.layout".into()),
-                        message: format!(
-                            "feature `{name}` of type {data_type} has no Feast value type"
-                        ),
-                    });
-                }
-            }
-        }
-    }
-    if let Some(offline) = &offline {
-        issues.extend(offline.check(file));
-        if let Some(schema) = &schema {
-            issues.extend(offline_table_issues(
-                file,
-                schema,
-                &keys.value,
-                &event_time.value,
-                &features,
-                offline,
-            ));
-        }
-    }
-    if online.is_none() && offline.is_none() {
+    let sinks = SinkSections::enabled_in(&parsed);
+    let types = schema
+        .as_ref()
+        .and_then(|s| crate::schema::arrow_schema_of_reader(s).ok());
+    issues.extend(sinks.check(&PipelineShape {
+        file,
+        keys: &keys.value,
+        event_time: &event_time.value,
+        features: &features,
+        types: types.as_deref(),
+    }));
+    if sinks.is_empty() {
         issues.push(ConfigIssue {
             file: file.to_path_buf(),
             line: None,
-            key: Some("online".into()),
-            message: "both sinks are disabled; enable `online` or `offline`".into(),
+            key: None,
+            message: format!(
+                "every sink is disabled; enable one of: {}",
+                SinkSections::KINDS.join(", ")
+            ),
         });
     }
 
@@ -443,44 +434,64 @@ fn check(
             entity_keys: keys.value.clone(),
             event_time: event_time.value.clone(),
             features,
-            online,
-            offline,
+            sinks,
         }),
         _ => Err(issues),
     }
 }
 
-/// Fields the offline Delta table cannot take (a name it adds itself, a type Delta lacks).
-fn offline_table_issues(
-    file: &Path,
-    schema: &ReaderSchema,
-    keys: &[String],
-    event_time: &str,
-    features: &[String],
-    offline: &OfflineSinkConfig,
-) -> Vec<ConfigIssue> {
-    let Ok(types) = crate::schema::arrow_schema_of_reader(schema) else {
-        return Vec::new();
-    };
-    let wanted = |name: &str| {
-        keys.iter().any(|k| k == name) || name == event_time || features.iter().any(|f| f == name)
-    };
-    let fields: Vec<arrow::datatypes::Field> = types
-        .into_iter()
-        .filter(|(name, _)| wanted(name))
-        .map(|(name, data_type)| arrow::datatypes::Field::new(name, data_type, true))
-        .collect();
-    match crate::sink::delta::desired_schema(
-        &arrow::datatypes::Schema::new(fields),
-        event_time,
-        offline.partition_granularity,
-    ) {
-        Ok(_) => Vec::new(),
-        Err(e) => vec![ConfigIssue {
-            file: file.to_path_buf(),
-            line: None,
-            key: Some("offline".into()),
-            message: format!("the offline table cannot take the schema: {e}"),
-        }],
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A project with the repository's schema and one pipeline file whose sink sections are
+    /// `sinks` (YAML).
+    fn load_with_sinks(sinks: &str) -> Result<Vec<PipelineConfig>, ConfigError> {
+        let root = tempfile::tempdir().expect("temp dir");
+        let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/user_profile.avsc");
+        std::fs::create_dir_all(root.path().join("schemas")).expect("schemas dir");
+        std::fs::copy(schema, root.path().join("schemas/user_profile.avsc")).expect("schema");
+        let connectors = root.path().join("connectors");
+        std::fs::create_dir_all(&connectors).expect("connectors dir");
+        let text = format!(
+            "name: p\nsource:\n  topic: persistent://public/default/t\n  subscription: s\nschema:\n  file: schemas/user_profile.avsc\n\
+             entity:\n  keys: [user_id]\n  event_time: event_time\n{sinks}"
+        );
+        std::fs::write(connectors.join("p.yaml"), text).expect("pipeline file");
+        load_pipelines(&connectors, root.path())
+    }
+
+    #[test]
+    fn the_list_builds_one_builder_per_enabled_sink_in_order() {
+        let pipelines = load_with_sinks("online: {}\noffline: {}\n").expect("valid");
+        let service = ServiceConfig::load(None).expect("embedded service file");
+        let kinds: Vec<&str> = pipelines[0]
+            .sink_builders(&service)
+            .iter()
+            .map(|b| b.kind())
+            .collect();
+        assert_eq!(kinds, ["online", "offline"]);
+        assert_eq!(pipelines[0].sinks.summary(), "online on, offline on");
+
+        let pipelines = load_with_sinks("online: {enabled: false}\noffline: {}\n").expect("valid");
+        assert_eq!(pipelines[0].sink_builders(&service).len(), 1);
+        assert_eq!(pipelines[0].sinks.summary(), "online off, offline on");
+    }
+
+    #[test]
+    fn every_sink_disabled_names_the_kinds_and_a_sections_own_check_runs() {
+        let err = load_with_sinks("online: {enabled: false}\n").expect_err("no sink");
+        assert!(
+            err.issues[0].message.contains("online, offline"),
+            "{}",
+            err.issues[0]
+        );
+        let err = load_with_sinks("offline: {rollover_rows: 0}\n").expect_err("bad section");
+        assert_eq!(
+            err.issues[0].key.as_deref(),
+            Some("offline.rollover_rows"),
+            "{}",
+            err.issues[0]
+        );
     }
 }

@@ -72,6 +72,7 @@ pub async fn backfill(
         message,
     };
     let mut offline = pipeline
+        .sinks
         .offline
         .clone()
         .ok_or_else(|| setup("the pipeline has no offline sink".into()))?;

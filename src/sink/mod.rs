@@ -1,14 +1,15 @@
 //! Sinks: where decoded rows become durable. A new sink is a folder here with its config
-//! struct, a [`SinkBuilder`] and an implementation of [`Sink`]; the pipeline config lists
-//! its builder (`PipelineConfig::sink_builders`) and the runtime wires it to a lane.
+//! struct (a [`SinkSection`]), a [`SinkBuilder`] and an implementation of [`Sink`]; one line
+//! in the `sinks!` list of `config/pipeline.rs` gives it its pipeline-file key, and the
+//! runtime wires whatever a pipeline enables to a lane.
 
 pub mod delta;
 pub mod redis;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
@@ -16,6 +17,38 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::record::{RowBatch, RowLayout};
 use crate::source::{AckMode, MessagePosition};
+use crate::yaml::ConfigIssue;
+
+/// What a sink section's checks know of the pipeline it belongs to.
+pub struct PipelineShape<'a> {
+    /// The pipeline file (for issues).
+    pub file: &'a Path,
+    /// Entity key fields.
+    pub keys: &'a [String],
+    /// Event-time field.
+    pub event_time: &'a str,
+    /// Feature fields.
+    pub features: &'a [String],
+    /// Every field of the reader schema with its Arrow type; `None` when the schema did not
+    /// load (its own issue is reported), so checks that need types are skipped.
+    pub types: Option<&'a [(String, DataType)]>,
+}
+
+/// A sink's section of a pipeline file (`online:`, `offline:`): its own checks and the
+/// builder of the running sink. `Service` is the service-file section it reads.
+pub trait SinkSection {
+    /// The service file's settings this sink needs (where its service is).
+    type Service;
+
+    /// `false` when the section is written but turned off (`enabled: false`).
+    fn enabled(&self) -> bool;
+
+    /// Problems a YAML parser cannot see, including ones against the pipeline's schema.
+    fn check(&self, pipeline: &PipelineShape<'_>) -> Vec<ConfigIssue>;
+
+    /// The builder the runtime turns into this pipeline's running sink.
+    fn builder(&self, service: &Self::Service) -> Box<dyn SinkBuilder>;
+}
 
 /// What the runtime hands every sink builder of a pipeline.
 pub struct SinkContext {

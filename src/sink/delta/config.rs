@@ -1,12 +1,11 @@
 //! Settings of the offline sink (a Delta Lake table of Parquet files).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::yaml::{issue_at, ConfigIssue, Spanned};
+use crate::yaml::Spanned;
 
 /// Defaults for the object store (service file, `offline:`).
 #[derive(Debug, Clone, Deserialize)]
@@ -121,40 +120,6 @@ fn default_row_group_rows() -> usize {
 
 /// URL schemes the offline sink accepts.
 pub const STORE_SCHEMES: &[&str] = &["file", "s3", "s3a", "gs", "az", "abfs", "abfss", "memory"];
-
-impl OfflineSinkConfig {
-    /// Problems a YAML parser cannot see.
-    pub fn check(&self, file: &Path) -> Vec<ConfigIssue> {
-        let mut issues = Vec::new();
-        if let Some(url) = &self.url {
-            if let Err(message) = check_store_url(&url.value) {
-                issues.push(issue_at(file, url, "offline.url", message));
-            }
-        }
-        let plain = |key: &str, message: &str| ConfigIssue {
-            file: file.to_path_buf(),
-            line: None,
-            key: Some(key.into()),
-            message: message.into(),
-        };
-        if self.rollover_rows == 0 {
-            issues.push(plain("offline.rollover_rows", "must be at least 1"));
-        }
-        if self.rollover_interval.is_zero() {
-            issues.push(plain("offline.rollover_interval", "must be positive"));
-        }
-        if !(1..=22).contains(&self.zstd_level) {
-            issues.push(plain("offline.zstd_level", "must be between 1 and 22"));
-        }
-        if self.row_group_rows == 0 {
-            issues.push(plain("offline.row_group_rows", "must be at least 1"));
-        }
-        if self.checkpoint_interval == 0 {
-            issues.push(plain("offline.checkpoint_interval", "must be at least 1"));
-        }
-        issues
-    }
-}
 
 /// Checks that `url` names a supported object store.
 pub fn check_store_url(url: &str) -> Result<(), String> {

@@ -32,6 +32,7 @@ mod positions;
 mod probe;
 mod requests;
 mod rollover;
+mod section;
 mod store;
 mod table;
 mod types;

@@ -1,12 +1,10 @@
 //! Settings of the Redis online sink.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::connection::RedisMode;
-use crate::yaml::ConfigIssue;
 
 /// Where Redis is (service file).
 #[derive(Debug, Clone, Deserialize)]
@@ -74,38 +72,4 @@ fn default_true() -> bool {
 }
 fn default_prefix() -> String {
     "fc".into()
-}
-
-impl OnlineSinkConfig {
-    /// Problems a YAML parser cannot see.
-    pub fn check(&self, file: &Path) -> Vec<ConfigIssue> {
-        let mut issues = Vec::new();
-        if self.key_prefix.is_empty() || self.key_prefix.contains(char::is_whitespace) {
-            issues.push(ConfigIssue {
-                file: file.to_path_buf(),
-                line: None,
-                key: Some("online.key_prefix".into()),
-                message: "must be non-empty and without spaces".into(),
-            });
-        }
-        if self.layout == LayoutKind::Feast
-            && self.feast_project.as_deref().is_none_or(str::is_empty)
-        {
-            issues.push(ConfigIssue {
-                file: file.to_path_buf(),
-                line: None,
-                key: Some("online.feast_project".into()),
-                message: "the feast layout needs the Feast project name".into(),
-            });
-        }
-        if self.ttl.is_some_and(|t| t.as_millis() == 0) {
-            issues.push(ConfigIssue {
-                file: file.to_path_buf(),
-                line: None,
-                key: Some("online.ttl".into()),
-                message: "must be positive; leave it out for no expiry".into(),
-            });
-        }
-        issues
-    }
 }

@@ -9,6 +9,7 @@ mod feast_proto;
 mod layout;
 mod probe;
 mod reader;
+mod section;
 mod writer;
 
 pub use builder::RedisSinkBuilder;
@@ -18,4 +19,5 @@ pub use feast::supported as feast_supports;
 pub use layout::{entity_key, Layout, NativeLayout, EVENT_TIME_FIELD};
 pub use probe::RedisProbe;
 pub use reader::{OnlineReader, OnlineView, QueryError};
+pub use section::overlapping_key_spaces;
 pub use writer::RedisSink;

@@ -1,0 +1,100 @@
+//! The Redis sink's section of a pipeline file (`online:`): its checks and its builder.
+
+use std::path::Path;
+
+use super::{feast_supports, LayoutKind, OnlineSinkConfig, RedisServiceConfig, RedisSinkBuilder};
+use crate::sink::{PipelineShape, SinkBuilder, SinkSection};
+use crate::yaml::ConfigIssue;
+
+impl SinkSection for OnlineSinkConfig {
+    type Service = RedisServiceConfig;
+
+    fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    fn check(&self, pipeline: &PipelineShape<'_>) -> Vec<ConfigIssue> {
+        let file = pipeline.file;
+        let mut issues = Vec::new();
+        if self.key_prefix.is_empty() || self.key_prefix.contains(char::is_whitespace) {
+            issues.push(ConfigIssue {
+                file: file.to_path_buf(),
+                line: None,
+                key: Some("online.key_prefix".into()),
+                message: "must be non-empty and without spaces".into(),
+            });
+        }
+        if self.layout == LayoutKind::Feast
+            && self.feast_project.as_deref().is_none_or(str::is_empty)
+        {
+            issues.push(ConfigIssue {
+                file: file.to_path_buf(),
+                line: None,
+                key: Some("online.feast_project".into()),
+                message: "the feast layout needs the Feast project name".into(),
+            });
+        }
+        if self.ttl.is_some_and(|t| t.as_millis() == 0) {
+            issues.push(ConfigIssue {
+                file: file.to_path_buf(),
+                line: None,
+                key: Some("online.ttl".into()),
+                message: "must be positive; leave it out for no expiry".into(),
+            });
+        }
+        if let (LayoutKind::Feast, Some(types)) = (self.layout, pipeline.types) {
+            let features = types
+                .iter()
+                .filter(|(name, _)| pipeline.features.contains(name));
+            for (name, data_type) in features {
+                if !feast_supports(data_type) {
+                    issues.push(ConfigIssue {
+                        file: file.to_path_buf(),
+                        line: None,
+                        key: Some("online.layout".into()),
+                        message: format!(
+                            "feature `{name}` of type {data_type} has no Feast value type"
+                        ),
+                    });
+                }
+            }
+        }
+        issues
+    }
+
+    fn builder(&self, service: &RedisServiceConfig) -> Box<dyn SinkBuilder> {
+        Box::new(RedisSinkBuilder {
+            service: service.clone(),
+            config: self.clone(),
+        })
+    }
+}
+
+/// Native-layout pipelines (`(name, file, section)`) whose keys `{prefix}:{pipeline}:{entity}`
+/// could be the same Redis keys (one key space starting with the other, e.g. prefix `fc:a` +
+/// pipeline `b` and prefix `fc` + pipeline `a` with an entity `b:…`): each would overwrite
+/// the other.
+pub fn overlapping_key_spaces(pipelines: &[(&str, &Path, &OnlineSinkConfig)]) -> Vec<ConfigIssue> {
+    let spaces: Vec<(&str, &Path, String)> = pipelines
+        .iter()
+        .filter(|(_, _, online)| online.layout == LayoutKind::Native)
+        .map(|(name, file, online)| (*name, *file, format!("{}:{name}:", online.key_prefix)))
+        .collect();
+    let mut issues = Vec::new();
+    for (i, (a, a_file, space_a)) in spaces.iter().enumerate() {
+        for (b, b_file, space_b) in &spaces[i + 1..] {
+            if space_a.starts_with(space_b.as_str()) || space_b.starts_with(space_a.as_str()) {
+                issues.push(ConfigIssue {
+                    file: b_file.to_path_buf(),
+                    line: None,
+                    key: Some("online.key_prefix".into()),
+                    message: format!(
+                        "pipeline `{b}` writes Redis keys `{space_b}…`, which overlap `{space_a}…` of pipeline `{a}` ({}); give one a distinct key_prefix",
+                        a_file.display()
+                    ),
+                });
+            }
+        }
+    }
+    issues
+}
