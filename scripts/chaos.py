@@ -4,7 +4,9 @@ broker is restarted and bad events are injected; afterwards every promise is che
 
   * Redis holds, for every entity, exactly the value of its latest event;
   * the offline Delta table on S3 holds every event exactly once (read with the Python deltalake);
-  * both subscriptions end with backlog 0;
+  * the pipeline's subscription ends with backlog 0 (`--delivery shared`, the default: one
+    subscription `chaos` feeds both sinks; `--delivery per_sink`: `chaos-online` and
+    `chaos-offline`, each);
   * the dead-letter topic holds exactly the injected bad events.
 
 Redis and S3 faults are SIGSTOP/SIGCONT (the services become unreachable and keep their data:
@@ -56,14 +58,26 @@ def backlog(topic, subscription):
         return None
 
 
-def acked(port, sink):
+def acked(port, lane):
+    """Messages the lane acknowledged; lanes are named after their sinks (`online+offline` for
+    the shared lane, `online` / `offline` with `delivery: per_sink`)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
             text = r.read().decode()
     except Exception:
         return None
-    match = re.search(rf'feature_connector_messages_acked_total{{pipeline="chaos",sink="{sink}"}} (\d+)', text)
+    match = re.search(rf'feature_connector_messages_acked_total{{pipeline="chaos",sink="{re.escape(lane)}"}} (\d+)',
+                      text)
     return int(match.group(1)) if match else 0
+
+
+def lane_of(delivery, sink):
+    """The lane that acknowledges for `sink`."""
+    return "online+offline" if delivery == "shared" else sink
+
+
+def subscriptions_of(delivery):
+    return ["chaos"] if delivery == "shared" else ["chaos-online", "chaos-offline"]
 
 
 class Connector:
@@ -88,8 +102,9 @@ class Connector:
 
 
 def wait_for_acks(connector, lane, since):
-    """Seconds from `since` until the lane acknowledges again (the offline lane only does so
-    when its next file commits: up to rollover_interval later); gives up after 300 s."""
+    """Seconds from `since` until the lane acknowledges again (a lane feeding the offline sink
+    only does so when its next file commits: up to rollover_interval later); gives up after
+    300 s."""
     before = acked(connector.port, lane)
     while time.time() - since < 300:
         now = acked(connector.port, lane)
@@ -116,16 +131,16 @@ def freeze(name, seconds, recovered, lane, connector):
     log(f"{name}: thawed; {lane} lane acknowledging again after {seconds_to_ack:.1f} s")
 
 
-def restart_broker(recovered, connector):
-    """Stops the broker and starts it again on its data; measures the online lane's return."""
+def restart_broker(recovered, connector, lane):
+    """Stops the broker and starts it again on its data; measures the (online) lane's return."""
     log("pulsar: restarting")
     began = time.time()
     subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "restart-pulsar"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ready = time.time()
-    seconds_to_ack = wait_for_acks(connector, "online", ready)
+    seconds_to_ack = wait_for_acks(connector, lane, ready)
     recovered.append((f"broker restarted ({ready - began:.0f} s down)", seconds_to_ack))
-    log(f"pulsar: back after {ready - began:.1f} s; online lane acknowledging again "
+    log(f"pulsar: back after {ready - began:.1f} s; {lane} lane acknowledging again "
         f"{seconds_to_ack:.1f} s later")
 
 
@@ -140,6 +155,8 @@ def main():
     ap.add_argument("--s3-freeze", type=int, default=60)
     ap.add_argument("--broker-restarts", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--delivery", choices=["shared", "per_sink"], default="shared",
+                    help="the pipeline's source.delivery (shared: one subscription feeds both sinks)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     run_id = uuid.uuid4().hex[:8]
@@ -154,6 +171,7 @@ def main():
 source:
   topic: {topic}
   subscription: chaos
+  delivery: {args.delivery}
 schema:
   file: schemas/user_profile.avsc
 entity:
@@ -190,9 +208,10 @@ offline:
     kill_at = sorted(rng.uniform(2, produce_seconds + 20) for _ in range(args.kills))
     recovered = []
     freezes = [
-        (0.25 * produce_seconds, "redis", args.redis_freeze, "online"),
-        (0.40 * produce_seconds, "s3", args.s3_freeze, "offline"),
-    ] + [((0.7 + 0.2 * k / max(args.broker_restarts, 1)) * produce_seconds, "pulsar", 0, "online")
+        (0.25 * produce_seconds, "redis", args.redis_freeze, lane_of(args.delivery, "online")),
+        (0.40 * produce_seconds, "s3", args.s3_freeze, lane_of(args.delivery, "offline")),
+    ] + [((0.7 + 0.2 * k / max(args.broker_restarts, 1)) * produce_seconds, "pulsar", 0,
+          lane_of(args.delivery, "online"))
          for k in range(args.broker_restarts)]
     threads = []
     kills = 0
@@ -209,7 +228,7 @@ offline:
         if freezes and now >= freezes[0][0]:
             _, name, seconds, lane = freezes.pop(0)
             if name == "pulsar":
-                thread = threading.Thread(target=restart_broker, args=(recovered, connector))
+                thread = threading.Thread(target=restart_broker, args=(recovered, connector, lane))
             else:
                 thread = threading.Thread(target=freeze, args=(name, seconds, recovered, lane, connector))
             thread.start()
@@ -223,9 +242,10 @@ offline:
         raise SystemExit(f"the producer failed: {err[-2000:]}")
     log(out.strip().splitlines()[-1])
     drained_from = time.time()
-    while not (backlog(topic, "chaos-online") == 0 and backlog(topic, "chaos-offline") == 0):
+    subscriptions = subscriptions_of(args.delivery)
+    while not all(backlog(topic, subscription) == 0 for subscription in subscriptions):
         if time.time() - drained_from > 600:
-            raise SystemExit("the subscriptions did not drain within 10 minutes")
+            raise SystemExit(f"{', '.join(subscriptions)} did not drain within 10 minutes")
         time.sleep(0.5)
     log(f"drained {time.time() - drained_from:.1f} s after the last event was published")
     exit_code = connector.stop()
@@ -273,7 +293,7 @@ offline:
     dead = len(originals)
     client.close()
     report = {
-        "events": args.events, "entities": args.entities, "kills": kills,
+        "events": args.events, "entities": args.entities, "kills": kills, "delivery": args.delivery,
         "outages": [name for name, _ in recovered],
         "recovery_seconds": {name: round(seconds, 1) for name, seconds in recovered},
         "table_rows": len(times), "lost": lost, "duplicated": duplicated,

@@ -20,13 +20,19 @@ mkdir -p data
 "$BIN" run >data/connector.log 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
-echo "connector running (pid $pid, log data/connector.log); waiting for the online subscription to drain"
+# The pipeline's one subscription (`delivery: shared`, the default) feeds Redis and the table;
+# it is acknowledged after each table commit. So wait until the connector holds everything
+# the broker has left for it (backlog = messages in flight); the stop below commits them.
+SUBSCRIPTION=feature-connector
+echo "connector running (pid $pid, log data/connector.log); waiting until it has received the backlog of $SUBSCRIPTION"
 for _ in $(seq 1 120); do
-  backlog=$(curl -s "$ADMIN" | python3 -c 'import json,sys; s=json.load(sys.stdin)["subscriptions"]; print(s.get("feature-connector-online",{}).get("msgBacklog","?"))' 2>/dev/null || echo "?")
-  [[ $backlog == 0 ]] && break
+  backlog=$(curl -s "$ADMIN" | python3 -c 'import json,sys; s=json.load(sys.stdin)["subscriptions"]; print(s.get(sys.argv[1],{}).get("msgBacklog","?"))' "$SUBSCRIPTION" 2>/dev/null || echo "?")
+  in_flight=$(curl -s http://127.0.0.1:9464/metrics | awk '/^feature_connector_messages_in_flight\{.*pipeline="user_profile"/ {s += $2} END {print s + 0}')
+  [[ $backlog != "?" && $backlog -le $in_flight ]] && break
   sleep 1
 done
-echo "online backlog on $TOPIC: $backlog"
+sleep 1
+echo "backlog of $SUBSCRIPTION on $TOPIC: $backlog, all of it received (in flight: $in_flight)"
 
 if [[ ${1:-} == --follow ]]; then
   echo "following; Ctrl-C stops the connector (it commits its last rollover and acks first)"

@@ -3,11 +3,21 @@
 use std::process::ExitCode;
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
+use crate::pipeline::plan_lanes;
+use crate::source::pulsar::Delivery;
+
+/// What the pipeline's `delivery` gives and gives up, for `validate`.
+fn delivery_trade_off(delivery: Delivery) -> &'static str {
+    match delivery {
+        Delivery::Shared => "delivery shared: each event is delivered and decoded once for all sinks; a message is acknowledged when every sink has it durable, so while one sink's service is down the others pause too (nothing is lost; `delivery: per_sink` keeps them independent at twice the broker and decode work)",
+        Delivery::PerSink => "delivery per_sink: each sink has its own subscription, acknowledges at its own pace and keeps going while another sink's service is down, at the price of delivering and decoding every event once per sink (`delivery: shared` halves that work)",
+    }
+}
 
 /// Prints every problem as `file:line: key `k`: message` and exits 2, or summarises.
 pub fn validate(args: &ConfigArgs) -> ExitCode {
     match args.load() {
-        Ok((_, pipelines)) => {
+        Ok((service, pipelines)) => {
             for pipeline in &pipelines {
                 println!(
                     "ok: {} ({}): topic {}, {} feature(s), {}",
@@ -17,6 +27,21 @@ pub fn validate(args: &ConfigArgs) -> ExitCode {
                     pipeline.features.len(),
                     pipeline.sinks.summary(),
                 );
+                let builders = pipeline.sink_builders(&service);
+                let lanes = plan_lanes(pipeline, &builders);
+                for lane in &lanes {
+                    let kinds: Vec<&str> = lane.sinks.iter().map(|&i| builders[i].kind()).collect();
+                    println!(
+                        "  subscription `{}` ({}, {:?} acknowledgement) feeds {}",
+                        lane.subscription,
+                        lane.kind.as_str(),
+                        lane.acknowledgement,
+                        kinds.join(" + "),
+                    );
+                }
+                if builders.len() > 1 {
+                    println!("  {}", delivery_trade_off(pipeline.source.delivery));
+                }
             }
             println!("{} pipeline(s) valid", pipelines.len());
             ExitCode::SUCCESS

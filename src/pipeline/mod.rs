@@ -1,8 +1,9 @@
 //! The runtime: turns checked pipeline configs into lanes and runs them until shutdown.
 //!
-//! Each sink of a pipeline gets its own lane and its own durable subscription
-//! (`<subscription>-online`, `<subscription>-offline`), so each acknowledges at its own pace
-//! and one sink being down never stalls the other (see README, "Acknowledgements").
+//! A pipeline's sinks share one lane and one durable subscription (`delivery: shared`, the
+//! default: each event is delivered and decoded once), or each sink gets its own lane and
+//! subscription (`delivery: per_sink`: each acknowledges at its own pace and one sink being
+//! down never stalls the other). See README, "Acknowledgements".
 
 mod ack_gate;
 mod backfill;
@@ -26,8 +27,10 @@ use crate::config::{PipelineConfig, ServiceConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
-use crate::sink::SinkContext;
-use crate::source::pulsar::{CredentialError, PulsarAdmin, PulsarSource, SubscriptionKind};
+use crate::sink::{Sink, SinkBuilder, SinkContext};
+use crate::source::pulsar::{
+    CredentialError, Delivery, PulsarAdmin, PulsarSource, SubscriptionKind,
+};
 use crate::source::{AckMode, SourceError};
 
 /// The runtime could not start or a lane failed.
@@ -88,12 +91,12 @@ pub async fn run(
             health: &health,
             cancel: &cancel,
         };
-        for lane in build_lanes(&context, pipeline).await? {
+        for (lane, subscription) in build_lanes(&context, pipeline).await? {
             watched.push(WatchedSubscription {
                 pipeline: pipeline.name.clone(),
                 sink: lane.name(),
                 source: pipeline.source.clone(),
-                subscription: lane_subscription(pipeline, &lane.name()),
+                subscription,
             });
             lanes.push(lane);
         }
@@ -140,16 +143,12 @@ struct LaneContext<'a> {
     cancel: &'a CancellationToken,
 }
 
-/// The durable subscription of a pipeline's lane: `<subscription>-<sink kinds>`.
-fn lane_subscription(pipeline: &PipelineConfig, lane: &str) -> String {
-    format!("{}-{lane}", pipeline.source.subscription.value)
-}
-
-/// One lane per sink of the pipeline, each on its own subscription (see the module doc).
+/// The lanes of a pipeline (its sinks, grouped by `delivery`), each with its durable
+/// subscription.
 async fn build_lanes(
     context: &LaneContext<'_>,
     pipeline: &PipelineConfig,
-) -> Result<Vec<Lane>, RuntimeError> {
+) -> Result<Vec<(Lane, String)>, RuntimeError> {
     let setup = |message: String| RuntimeError::Setup {
         pipeline: pipeline.name.clone(),
         message,
@@ -178,23 +177,32 @@ async fn build_lanes(
         health: context.health.clone(),
         cancel: context.cancel.clone(),
     };
-    let mut lanes = Vec::new();
-    for builder in pipeline.sink_builders(context.service) {
+    let builders = pipeline.sink_builders(context.service);
+    let mut sinks = Vec::new();
+    for builder in &builders {
         let sink = builder
             .build(&sink_context)
             .await
             .map_err(|e| setup(format!("{} sink: {e}", builder.kind())))?;
-        let acknowledgement = sink.acknowledgement();
-        // Cumulative acknowledgement needs a single active consumer per topic partition.
-        let kind = match (acknowledgement, source.subscription_type) {
-            (AckMode::Individual, kind)
-            | (AckMode::Cumulative, kind @ SubscriptionKind::Exclusive) => kind,
-            (AckMode::Cumulative, _) => SubscriptionKind::Failover,
-        };
-        let subscription = PulsarSource::subscribe(
+        sinks.push(Some(sink));
+    }
+    let mut lanes = Vec::new();
+    for plan in plan_lanes(pipeline, &builders) {
+        let sinks: Vec<Box<dyn Sink>> = plan
+            .sinks
+            .iter()
+            .filter_map(|&index| sinks.get_mut(index).and_then(Option::take))
+            .collect();
+        let LanePlan {
+            subscription,
+            kind,
+            acknowledgement,
+            ..
+        } = plan;
+        let subscription_source = PulsarSource::subscribe(
             context.pulsar.clone(),
             source,
-            lane_subscription(pipeline, sink.kind()),
+            subscription.clone(),
             kind,
             acknowledgement,
             context.cancel.clone(),
@@ -209,20 +217,69 @@ async fn build_lanes(
                 context.cancel.clone(),
             )
         });
-        lanes.push(Lane {
+        let lane = Lane {
             pipeline: pipeline.name.clone(),
-            source: Box::new(subscription),
+            source: Box::new(subscription_source),
             decoder: decoders.clone(),
-            sinks: vec![sink],
+            sinks,
             dead_letter,
             max_batch: source.max_batch_messages,
             linger: source.max_batch_wait,
             cancel: context.cancel.clone(),
             metrics: context.metrics.clone(),
             health: context.health.clone(),
-        });
+        };
+        lanes.push((lane, subscription));
     }
     Ok(lanes)
+}
+
+/// One lane of a pipeline as its config makes it: which sinks it feeds and how it
+/// subscribes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LanePlan {
+    /// Indexes into the pipeline's sink builders.
+    pub sinks: Vec<usize>,
+    /// Durable subscription name.
+    pub subscription: String,
+    /// Subscription type (cumulative acknowledgement needs one active consumer per
+    /// partition).
+    pub kind: SubscriptionKind,
+    /// How the lane acknowledges: cumulatively when any of its sinks needs it.
+    pub acknowledgement: AckMode,
+}
+
+/// The lanes of `pipeline` over its sink `builders`: one lane on `<subscription>` for
+/// `delivery: shared`, one lane per sink on `<subscription>-<sink>` for `per_sink`.
+pub fn plan_lanes(pipeline: &PipelineConfig, builders: &[Box<dyn SinkBuilder>]) -> Vec<LanePlan> {
+    let source = &pipeline.source;
+    let name = &source.subscription.value;
+    let lane = |sinks: Vec<usize>, subscription: String| {
+        let cumulative = sinks
+            .iter()
+            .any(|&i| builders[i].acknowledgement() == AckMode::Cumulative);
+        let acknowledgement = if cumulative {
+            AckMode::Cumulative
+        } else {
+            AckMode::Individual
+        };
+        LanePlan {
+            sinks,
+            subscription,
+            kind: source
+                .subscription_type
+                .for_acknowledgement(acknowledgement),
+            acknowledgement,
+        }
+    };
+    match source.delivery {
+        Delivery::Shared => vec![lane((0..builders.len()).collect(), name.clone())],
+        Delivery::PerSink => builders
+            .iter()
+            .enumerate()
+            .map(|(i, builder)| lane(vec![i], format!("{name}-{}", builder.kind())))
+            .collect(),
+    }
 }
 
 /// Start-up check: the topic's latest writer version (every version, for a transitive

@@ -76,6 +76,12 @@ pub trait SinkBuilder: Send + Sync {
     /// The sink's kind (`online`, `offline`): names its lane, subscription and metrics.
     fn kind(&self) -> &'static str;
 
+    /// How a lane feeding this sink must acknowledge: `Cumulative` when the sink keeps
+    /// positions per topic partition (one active consumer per partition), else `Individual`.
+    fn acknowledgement(&self) -> AckMode {
+        AckMode::Individual
+    }
+
     /// Connects and checks what can be checked at start; a [`SinkError::Fatal`] stops the
     /// process before anything is consumed.
     async fn build(&self, context: &SinkContext) -> Result<Box<dyn Sink>, SinkError>;
@@ -134,12 +140,6 @@ pub trait Sink: Send {
     /// records their freshness (event and publish time to durable) for this sink.
     fn reports_freshness(&self) -> bool {
         false
-    }
-
-    /// How the lane must acknowledge for this sink: `Cumulative` when the sink keeps
-    /// positions per topic partition (one active consumer per partition), else `Individual`.
-    fn acknowledgement(&self) -> AckMode {
-        AckMode::Individual
     }
 
     /// Rows taken but not durable (still buffered); after `flush`, rows the sink could not

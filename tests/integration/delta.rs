@@ -161,7 +161,7 @@ async fn replicas_handing_partitions_over_and_a_backfill_write_every_event_once(
         .map(|p| format!("{}-partition-{p}", project.topic))
         .collect();
     for partition in &partitions {
-        wait_drained(partition, &["rep-offline"], Duration::from_secs(120)).await;
+        wait_drained(partition, &["rep"], Duration::from_secs(120)).await;
     }
     for replica in replicas.into_iter().flatten() {
         assert_eq!(replica.stop(), 0);
@@ -222,7 +222,7 @@ async fn a_gained_field_adds_a_column_and_a_type_change_is_refused() {
     );
     project.produce("ev", 100, 10, BASE, 0);
     let connector = project.start();
-    wait_drained(&project.topic, &["ev-offline"], Duration::from_secs(60)).await;
+    wait_drained(&project.topic, &["ev"], Duration::from_secs(60)).await;
     assert_eq!(connector.stop(), 0);
 
     // v2 gains a field with a default: the table gets a nullable column.
@@ -247,7 +247,7 @@ async fn a_gained_field_adds_a_column_and_a_type_change_is_refused() {
         ],
     );
     let connector = project.start();
-    wait_drained(&project.topic, &["ev-offline"], Duration::from_secs(60)).await;
+    wait_drained(&project.topic, &["ev"], Duration::from_secs(60)).await;
     let log = connector.log();
     assert_eq!(connector.stop(), 0, "{log}");
     assert!(

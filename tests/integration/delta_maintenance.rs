@@ -28,7 +28,7 @@ async fn compaction_while_the_connector_writes_keeps_every_row_and_vacuum_delete
     );
     project.produce("cmp", EVENTS, 500, BASE, 100);
     let connector = project.start();
-    wait_drained(&project.topic, &["cmp-offline"], Duration::from_secs(60)).await;
+    wait_drained(&project.topic, &["cmp"], Duration::from_secs(60)).await;
     let store = local_offline_url(&project);
     let before = read_table(&store, "cmp")
         .await
@@ -78,7 +78,7 @@ async fn compaction_while_the_connector_writes_keeps_every_row_and_vacuum_delete
     assert!(report.contains("compacted into version"), "{report}");
     let produced = producer.wait_with_output().expect("producer");
     assert!(produced.status.success());
-    wait_drained(&project.topic, &["cmp-offline"], Duration::from_secs(60)).await;
+    wait_drained(&project.topic, &["cmp"], Duration::from_secs(60)).await;
     assert_eq!(connector.stop(), 0);
     assert_eq!(unique_events(&store, "cmp").await, 2 * EVENTS as usize);
     // "compacted into version V: before N files, B bytes, after M files, …"

@@ -69,8 +69,8 @@ async fn feast_sdk_reads_what_the_connector_wrote() {
     .expect("pipeline");
 
     for (project, name, sub) in [
-        (&single, "user_features", "user_features-online"),
-        (&pair, "user_region", "pair-online"),
+        (&single, "user_features", "user_features"),
+        (&pair, "user_region", "pair"),
     ] {
         project.produce_with(
             name,

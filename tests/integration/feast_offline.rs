@@ -39,12 +39,7 @@ async fn point_in_time(event_time_type: &str, name: &str) {
     // Event i: entity user-(i % 10), event time BASE + i ms, purchases_30d = 3 i.
     project.produce(name, EVENTS, ENTITIES, BASE, 0);
     let connector = project.start();
-    wait_drained(
-        &project.topic,
-        &[&format!("{name}-offline")],
-        Duration::from_secs(60),
-    )
-    .await;
+    wait_drained(&project.topic, &[name], Duration::from_secs(60)).await;
     assert_eq!(connector.stop(), 0);
 
     // Asked at: before any event, exactly at an event, between events, after the last.

@@ -1,14 +1,20 @@
 //! Pipelines in one process do not stall each other: one whose object store is missing
-//! keeps retrying on its own while the others (and its own online lane) carry on, and
-//! `/readyz` names the store at fault until it answers.
+//! keeps retrying on its own while the others carry on (and, with `delivery: per_sink`, its
+//! own online lane too), and `/readyz` names the store at fault until it answers.
 
 use std::time::Duration;
 
 use crate::common::*;
 
-fn pipeline_yaml(name: &str, topic: &str, prefix: &str, offline_url: &str) -> String {
+fn pipeline_yaml(
+    name: &str,
+    topic: &str,
+    delivery: &str,
+    prefix: &str,
+    offline_url: &str,
+) -> String {
     format!(
-        "name: {name}\nsource:\n  topic: {topic}\n  subscription: {name}\nschema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  event_time: event_time\nonline:\n  key_prefix: {prefix}\noffline:\n  url: {offline_url}\n  rollover_rows: 500\n  rollover_interval: 1s\n"
+        "name: {name}\nsource:\n  topic: {topic}\n  subscription: {name}\n  delivery: {delivery}\nschema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  event_time: event_time\nonline:\n  key_prefix: {prefix}\noffline:\n  url: {offline_url}\n  rollover_rows: 500\n  rollover_interval: 1s\n"
     )
 }
 
@@ -23,14 +29,23 @@ async fn a_pipeline_with_its_store_down_does_not_stall_the_others() {
     let bucket = unique("later").replace('_', "-");
     std::fs::write(
         project.path().join("connectors/good.yaml"),
-        pipeline_yaml("good", &good_topic, &good_prefix, "file://offline"),
+        // The default delivery: one subscription `good` feeds both sinks.
+        pipeline_yaml(
+            "good",
+            &good_topic,
+            "shared",
+            &good_prefix,
+            "file://offline",
+        ),
     )
     .expect("pipeline");
     std::fs::write(
         project.path().join("connectors/stuck.yaml"),
+        // One subscription per sink, so its online sink does not wait for the store.
         pipeline_yaml(
             "stuck",
             &stuck_topic,
+            "per_sink",
             &stuck_prefix,
             &format!("s3://{bucket}/features"),
         ),
@@ -49,12 +64,7 @@ async fn a_pipeline_with_its_store_down_does_not_stall_the_others() {
         ],
     );
     let connector = project.start();
-    wait_drained(
-        &good_topic,
-        &["good-online", "good-offline"],
-        Duration::from_secs(60),
-    )
-    .await;
+    wait_drained(&good_topic, &["good"], Duration::from_secs(60)).await;
     wait_drained(&stuck_topic, &["stuck-online"], Duration::from_secs(60)).await;
     assert_eq!(backlog(&stuck_topic, "stuck-offline").await, Some(EVENTS));
     let (status, body) = project.http_get("/readyz").await.expect("readyz");

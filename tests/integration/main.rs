@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod common;
+mod delivery;
 mod delta;
 mod delta_maintenance;
 mod deploy;

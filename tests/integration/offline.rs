@@ -104,7 +104,7 @@ async fn kill_nine_and_redeliver(project: &Project, offline_url: &str, store: &s
         connector.kill_hard();
     }
     let connector = project.start_with_env("final.log", &[]);
-    wait_drained(&topic, &["eo-offline"], Duration::from_secs(120)).await;
+    wait_drained(&topic, &["eo"], Duration::from_secs(120)).await;
     assert_eq!(connector.stop(), 0);
 
     let (rows, seen) = event_indices(&read_table(store, "eo").await);
@@ -112,9 +112,9 @@ async fn kill_nine_and_redeliver(project: &Project, offline_url: &str, store: &s
     assert_eq!(rows as u64, events, "and only once");
 
     // The broker redelivers everything: nothing new may be written.
-    reset_cursor_to_start(&topic, "eo-offline").await;
+    reset_cursor_to_start(&topic, "eo").await;
     let connector = project.start_with_env("redelivery.log", &[]);
-    wait_drained(&topic, &["eo-offline"], Duration::from_secs(120)).await;
+    wait_drained(&topic, &["eo"], Duration::from_secs(120)).await;
     let log = connector.log();
     assert_eq!(connector.stop(), 0);
     assert!(log.contains("skipping rows already committed"), "{log}");
@@ -142,9 +142,9 @@ async fn kill_nine_and_redeliver(project: &Project, offline_url: &str, store: &s
             "100",
         ],
     );
-    reset_cursor_to_start(&topic, "eo-offline").await;
+    reset_cursor_to_start(&topic, "eo").await;
     let connector = project.start_with_env("mixed.log", &[]);
-    wait_drained(&topic, &["eo-offline"], Duration::from_secs(120)).await;
+    wait_drained(&topic, &["eo"], Duration::from_secs(120)).await;
     assert_eq!(connector.stop(), 0);
     let (rows, seen) = event_indices(&read_table(store, "eo").await);
     assert_eq!(
@@ -165,7 +165,7 @@ async fn backfill_into_an_empty_prefix_equals_the_live_pipeline_and_is_idempoten
     );
     project.produce("bf", EVENTS, 1_000, BASE, 100);
     let connector = project.start();
-    wait_drained(&project.topic, &["bf-offline"], Duration::from_secs(60)).await;
+    wait_drained(&project.topic, &["bf"], Duration::from_secs(60)).await;
     assert_eq!(connector.stop(), 0);
 
     let run_backfill = || {
@@ -291,12 +291,7 @@ async fn every_avro_type_round_trips_to_its_delta_type() {
     );
     project.produce("types", EVENTS, 10, BASE, 0);
     let connector = project.start();
-    wait_drained(
-        &project.topic,
-        &["types-offline", "types-online"],
-        Duration::from_secs(60),
-    )
-    .await;
+    wait_drained(&project.topic, &["types"], Duration::from_secs(60)).await;
     let store = local_offline_url(&project);
     let files = read_table(&store, "types").await;
     assert!(

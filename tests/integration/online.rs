@@ -40,7 +40,7 @@ async fn out_of_order_events_from_two_replicas_end_with_the_newest_per_entity() 
     let first = project.start();
     let second = project.start_with_env("run2.log", &[("FC_HTTP_BIND", &second_bind)]);
     let topic = project.topic.clone();
-    wait_drained(&topic, &["lw-online"], Duration::from_secs(120)).await;
+    wait_drained(&topic, &["lw"], Duration::from_secs(120)).await;
 
     let received = |metrics: &str| -> u64 {
         metrics
@@ -103,7 +103,7 @@ async fn ttl_expires_and_reads_are_typed_through_get_and_http() {
     project.produce("ttl", 100, 10, BASE, 0);
     let connector = project.start();
     let topic = project.topic.clone();
-    wait_drained(&topic, &["ttl-online"], Duration::from_secs(60)).await;
+    wait_drained(&topic, &["ttl"], Duration::from_secs(60)).await;
 
     // Entity user-7: newest event 97.
     let output = project.run_command(&[
@@ -201,7 +201,7 @@ async fn redis_password_comes_from_env_and_a_wrong_one_fails_at_start() {
     project.produce("auth", 20, 5, 1_786_000_000_000, 0);
     let connector = project.start_with_env("run.log", &[("FC_IT_REDIS_PASSWORD", "s3cr3t-pw")]);
     let topic = project.topic.clone();
-    wait_drained(&topic, &["auth-online"], Duration::from_secs(60)).await;
+    wait_drained(&topic, &["auth"], Duration::from_secs(60)).await;
     let log = connector.log();
     assert_eq!(connector.stop(), 0);
     assert!(
@@ -258,29 +258,23 @@ async fn redis_crash_mid_stream_loses_nothing() {
     let topic = project.topic.clone();
     wait_until("some progress", Duration::from_secs(60), || {
         let topic = topic.clone();
-        async move {
-            backlog(&topic, "crash-online")
-                .await
-                .is_some_and(|b| b < EVENTS)
-        }
+        async move { backlog(&topic, "crash").await.is_some_and(|b| b < EVENTS) }
     })
     .await;
     server.kill();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let stalled = backlog(&project.topic, "crash-online")
-        .await
-        .expect("backlog");
+    let stalled = backlog(&project.topic, "crash").await.expect("backlog");
     assert!(stalled > 0, "the crash hit mid-stream");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        backlog(&project.topic, "crash-online").await,
+        backlog(&project.topic, "crash").await,
         Some(stalled),
         "nothing acknowledged while Redis is down"
     );
     connector.assert_running();
 
     let _server = PrivateRedis::start_with(port, dir.path(), &durable);
-    wait_drained(&topic, &["crash-online"], Duration::from_secs(90)).await;
+    wait_drained(&topic, &["crash"], Duration::from_secs(90)).await;
     assert_eq!(connector.stop(), 0);
     let mut redis = redis(&url).await;
     for entity in 0..ENTITIES {
@@ -309,8 +303,7 @@ async fn round_trip_through(project: &Project, name: &str) {
     project.produce(name, 3_000, 1_000, BASE, 0);
     let connector = project.start();
     let topic = project.topic.clone();
-    let subscription = format!("{name}-online");
-    wait_drained(&topic, &[subscription.as_str()], Duration::from_secs(60)).await;
+    wait_drained(&topic, &[name], Duration::from_secs(60)).await;
     let log = connector.log();
     assert_eq!(connector.stop(), 0, "{log}");
     for entity in [0u64, 417, 999] {

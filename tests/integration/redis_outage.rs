@@ -1,5 +1,6 @@
-//! Redis goes away while batches are written: nothing is acknowledged on the online
-//! subscription (the offline one goes on), and once Redis is back every row lands.
+//! Redis goes away while batches are written, with `delivery: per_sink` (one subscription
+//! per sink): nothing is acknowledged on the online subscription (the offline one goes on),
+//! and once Redis is back every row lands. The shared default is in `delivery.rs`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,8 +21,9 @@ async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {
     let server = PrivateRedis::start(port, redis_dir.path());
     wait_until("private redis", Duration::from_secs(10), || redis_up(&url)).await;
 
-    project.pipeline(
+    project.pipeline_with_delivery(
         "outage",
+        "per_sink",
         "online:\n  key_prefix: out",
         "offline:\n  url: file://offline\n  rollover_interval: 1s",
     );

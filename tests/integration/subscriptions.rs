@@ -1,6 +1,8 @@
 //! Subscription behaviour against the real broker: every producer codec decodes, Failover
-//! moves to the standby replica without losing anything, a second Exclusive consumer is
-//! refused with a clear error.
+//! moves to the standby replica without losing anything (one subscription per sink, and the
+//! shared default's single subscription), a second Exclusive consumer is refused with a clear
+//! error, Key_Shared replicas split the keys. With only the online sink, the default
+//! `delivery: shared` subscribes as `<subscription>` with the configured type.
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +45,7 @@ async fn batched_messages_of_every_codec_decode() {
         );
     }
     let connector = project.start();
-    wait_drained(&project.topic, &["codec-online"], Duration::from_secs(60)).await;
+    wait_drained(&project.topic, &["codec"], Duration::from_secs(60)).await;
     let (_, metrics) = project.http_get("/metrics").await.expect("metrics");
     assert!(
         metrics.contains(
@@ -57,6 +59,20 @@ async fn batched_messages_of_every_codec_decode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_moves_to_the_standby_when_the_active_replica_dies() {
+    // `fo-online` (Failover as configured) and `fo-offline` (Failover) move independently.
+    failover_to_the_standby("per_sink", &["fo-offline", "fo-online"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_moves_the_shared_subscription_to_the_standby() {
+    // The default: one Failover subscription `fo` feeds both sinks of each replica.
+    failover_to_the_standby("shared", &["fo"]).await;
+}
+
+/// Two replicas of a pipeline with both sinks and `subscription_type: Failover`: the active
+/// one is SIGKILLed mid-stream and the standby finishes; the topic's subscriptions must be
+/// exactly `expected` (sorted) and drain.
+async fn failover_to_the_standby(delivery: &str, expected: &[&str]) {
     const EVENTS: u64 = 20_000;
     const ENTITIES: u64 = 1_000;
     let project = Project::new(&redis_url());
@@ -64,7 +80,7 @@ async fn failover_moves_to_the_standby_when_the_active_replica_dies() {
     std::fs::write(
         project.path().join("connectors/fo.yaml"),
         format!(
-            "name: fo\nsource:\n  topic: {}\n  subscription: fo\n  subscription_type: Failover\n  max_batch_messages: 100\nschema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  event_time: event_time\nonline:\n  key_prefix: {prefix}\noffline:\n  url: file://offline\n  rollover_rows: 1000\n  rollover_interval: 1s\n",
+            "name: fo\nsource:\n  topic: {}\n  subscription: fo\n  subscription_type: Failover\n  delivery: {delivery}\n  max_batch_messages: 100\nschema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  event_time: event_time\nonline:\n  key_prefix: {prefix}\noffline:\n  url: file://offline\n  rollover_rows: 1000\n  rollover_interval: 1s\n",
             project.topic
         ),
     )
@@ -76,11 +92,8 @@ async fn failover_moves_to_the_standby_when_the_active_replica_dies() {
         Duration::from_secs(30),
         || {
             let topic = project.topic.clone();
-            async move {
-                backlog(&topic, "fo-online")
-                    .await
-                    .is_some_and(|b| b < EVENTS)
-            }
+            let first = expected[0];
+            async move { backlog(&topic, first).await.is_some_and(|b| b < EVENTS) }
         },
     )
     .await;
@@ -91,12 +104,12 @@ async fn failover_moves_to_the_standby_when_the_active_replica_dies() {
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     active.kill_hard();
-    wait_drained(
-        &project.topic,
-        &["fo-online", "fo-offline"],
-        Duration::from_secs(90),
-    )
-    .await;
+    wait_drained(&project.topic, expected, Duration::from_secs(90)).await;
+    assert_eq!(
+        subscriptions(&project.topic).await,
+        expected,
+        "the subscriptions of `delivery: {delivery}`"
+    );
     let log = standby.log();
     assert_eq!(standby.stop(), 0, "{log}");
     assert_newest_values(&prefix, "fo", EVENTS, ENTITIES).await;
@@ -122,7 +135,7 @@ async fn a_second_exclusive_consumer_is_refused_clearly() {
     let first = project.start();
     wait_until("the first consumer", Duration::from_secs(30), || {
         let topic = project.topic.clone();
-        async move { backlog(&topic, "ex-online").await.is_some() }
+        async move { backlog(&topic, "ex").await.is_some() }
     })
     .await;
     let second_port = free_port().to_string();
@@ -149,7 +162,7 @@ async fn a_second_exclusive_consumer_is_refused_clearly() {
     std::io::Read::read_to_string(&mut second.stderr.take().expect("stderr"), &mut stderr)
         .expect("read");
     assert_eq!(status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("cannot subscribe `ex-online`"), "{stderr}");
+    assert!(stderr.contains("cannot subscribe `ex`"), "{stderr}");
     assert_eq!(first.stop(), 0);
 }
 
@@ -203,7 +216,7 @@ async fn key_shared_replicas_split_the_keys_and_each_key_goes_to_one_replica() {
     // Unbatched: the broker routes a whole producer batch by one key, so Key_Shared needs
     // key-based batching (which pulsar-rs producers lack) or none.
     project.produce("ks", EVENTS, ENTITIES, BASE, 0);
-    wait_drained(&project.topic, &["ks-online"], Duration::from_secs(90)).await;
+    wait_drained(&project.topic, &["ks"], Duration::from_secs(90)).await;
     let (first_log, second_log) = (first.log(), second.log());
     assert_eq!(first.stop(), 0, "{first_log}");
     assert_eq!(second.stop(), 0, "{second_log}");

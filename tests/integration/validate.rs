@@ -51,7 +51,87 @@ fn the_good_pipeline_is_valid() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(String::from_utf8_lossy(&output.stdout).contains("1 pipeline(s) valid"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("1 pipeline(s) valid"), "{stdout}");
+    // The default delivery: one subscription named as configured feeds both sinks; Failover
+    // because the offline sink acknowledges cumulatively.
+    assert!(
+        stdout.contains(
+            "\n  subscription `p` (Failover, Cumulative acknowledgement) feeds online + offline\n"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("  subscription `").count(), 1, "{stdout}");
+    assert!(
+        stdout.contains("\n  delivery shared: each event is delivered and decoded once for all sinks; a message is acknowledged when every sink has it durable, so while one sink's service is down the others pause too"),
+        "{stdout}"
+    );
+}
+
+/// Validates `yaml` as the only pipeline, asserts it is valid and returns the output.
+fn valid_stdout(yaml: &str) -> String {
+    let project = Project::new(&redis_url());
+    std::fs::write(project.path().join("connectors/p.yaml"), yaml).expect("write");
+    let output = project.validate();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("1 pipeline(s) valid"), "{stdout}");
+    stdout
+}
+
+#[test]
+fn validate_prints_the_subscriptions_of_per_sink_delivery() {
+    let stdout = valid_stdout(&GOOD.replacen(
+        "  subscription: p\n",
+        "  subscription: p\n  delivery: per_sink\n",
+        1,
+    ));
+    for line in [
+        // subscription_type (default Key_Shared) for the online sink, Failover for the
+        // cumulatively acknowledging offline sink.
+        "\n  subscription `p-online` (Key_Shared, Individual acknowledgement) feeds online\n",
+        "\n  subscription `p-offline` (Failover, Cumulative acknowledgement) feeds offline\n",
+        "\n  delivery per_sink: each sink has its own subscription, acknowledges at its own pace and keeps going while another sink's service is down",
+    ] {
+        assert!(stdout.contains(line), "expected {line:?} in:\n{stdout}");
+    }
+    assert_eq!(stdout.matches("  subscription `").count(), 2, "{stdout}");
+    assert!(!stdout.contains("delivery shared"), "{stdout}");
+}
+
+#[test]
+fn validate_prints_the_subscription_of_an_online_only_pipeline() {
+    let stdout = valid_stdout(
+        &GOOD
+            .replacen(
+                "  subscription: p\n",
+                "  subscription: p\n  subscription_type: Shared\n",
+                1,
+            )
+            .replacen("offline:\n  url: file://offline\n", "", 1),
+    );
+    // Only the online sink: the configured type, no trade-off to explain.
+    assert!(
+        stdout.contains("\n  subscription `p` (Shared, Individual acknowledgement) feeds online\n"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("  subscription `").count(), 1, "{stdout}");
+    assert!(!stdout.contains("  delivery "), "{stdout}");
+}
+
+#[test]
+fn unknown_delivery() {
+    assert_problem(
+        "  subscription: p\n",
+        "  subscription: p\n  delivery: both\n",
+        5,
+        "delivery",
+        "unknown variant `both`, expected one of shared, per_sink",
+    );
 }
 
 #[test]

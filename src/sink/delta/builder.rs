@@ -10,6 +10,7 @@ use super::{
     OfflineTable, TableError, TableSpec,
 };
 use crate::sink::{Sink, SinkBuilder, SinkContext, SinkError};
+use crate::source::AckMode;
 
 /// The offline sink of one pipeline, with the service's object-store defaults.
 #[derive(Debug, Clone)]
@@ -49,6 +50,11 @@ impl DeltaSinkBuilder {
 impl SinkBuilder for DeltaSinkBuilder {
     fn kind(&self) -> &'static str {
         "offline"
+    }
+
+    /// The table stores, per topic partition, the newest position it committed.
+    fn acknowledgement(&self) -> AckMode {
+        AckMode::Cumulative
     }
 
     /// Opens (or creates, or evolves) the table before any lane runs, so that a table that

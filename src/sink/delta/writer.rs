@@ -16,7 +16,7 @@ use crate::metrics::{Metrics, PipelineLabels};
 use crate::record::RowBatch;
 use crate::retry::Backoff;
 use crate::sink::{Sink, SinkError};
-use crate::source::{AckMode, MessagePosition};
+use crate::source::MessagePosition;
 
 /// How long shutdown waits for a checkpoint being written.
 const CHECKPOINT_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(10);
@@ -191,10 +191,6 @@ fn log_opened(table: &OfflineTable, opened: &Opened) {
 impl Sink for DeltaSink {
     fn kind(&self) -> &'static str {
         "offline"
-    }
-
-    fn acknowledgement(&self) -> AckMode {
-        AckMode::Cumulative
     }
 
     fn pending_rows(&self) -> usize {

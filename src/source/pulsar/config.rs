@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::source::AckMode;
 use crate::yaml::{issue_at, ConfigIssue, Spanned};
 
 /// Where the Pulsar cluster is and how to log in (service file).
@@ -149,6 +150,43 @@ pub enum SubscriptionKind {
     KeyShared,
 }
 
+/// How a pipeline's sinks share its topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// One subscription feeds every sink: each event is delivered and decoded once, and
+    /// acknowledged once every sink has it durable, so a sink that is down (or slow) pauses
+    /// the others too.
+    #[default]
+    Shared,
+    /// One subscription per sink: each sink acknowledges at its own pace and an outage of
+    /// one never pauses another, at the price of delivering and decoding every event once
+    /// per sink.
+    PerSink,
+}
+
+impl SubscriptionKind {
+    /// The type a subscription gets when a sink it feeds acknowledges with `ack`:
+    /// cumulative acknowledgement needs one active consumer per topic partition.
+    pub fn for_acknowledgement(self, ack: AckMode) -> SubscriptionKind {
+        match (ack, self) {
+            (AckMode::Individual, kind)
+            | (AckMode::Cumulative, kind @ SubscriptionKind::Exclusive) => kind,
+            (AckMode::Cumulative, _) => SubscriptionKind::Failover,
+        }
+    }
+
+    /// Pulsar's name of the type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubscriptionKind::Exclusive => "Exclusive",
+            SubscriptionKind::Shared => "Shared",
+            SubscriptionKind::Failover => "Failover",
+            SubscriptionKind::KeyShared => "Key_Shared",
+        }
+    }
+}
+
 /// Where a new subscription starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -177,11 +215,15 @@ pub struct PulsarSourceConfig {
     /// How often the namespace is listed for new topics matching `topic_pattern`.
     #[serde(default = "default_pattern_refresh", with = "humantime_serde")]
     pub pattern_refresh: Duration,
-    /// Subscription name prefix: the online sink subscribes as `<subscription>-online`,
-    /// the offline sink as `<subscription>-offline`.
+    /// Subscription name: with `delivery: shared` the pipeline subscribes as
+    /// `<subscription>`; with `per_sink` each sink as `<subscription>-<sink>`
+    /// (`-online`, `-offline`).
     pub subscription: Spanned<String>,
-    /// Type of the online subscription. The offline subscription is `Failover` (or
-    /// `Exclusive` when this is `Exclusive`) because it acknowledges cumulatively.
+    /// How the pipeline's sinks share the topic.
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// Subscription type. A subscription that feeds a sink acknowledging cumulatively (the
+    /// offline sink) is `Failover` instead (or `Exclusive` when this is `Exclusive`).
     #[serde(default)]
     pub subscription_type: SubscriptionKind,
     /// Where a new subscription starts.

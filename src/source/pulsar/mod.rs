@@ -18,7 +18,8 @@ use pulsar::{Consumer, OperationRetryOptions, Pulsar, TokioExecutor};
 pub use acks::{acks_for, AckTarget};
 pub use admin::{parse as parse_admin_answer, AdminError, PulsarAdmin};
 pub use config::{
-    CredentialError, PulsarServiceConfig, PulsarSourceConfig, StartPosition, SubscriptionKind,
+    CredentialError, Delivery, PulsarServiceConfig, PulsarSourceConfig, StartPosition,
+    SubscriptionKind,
 };
 pub use reader::{PublishRange, PulsarReaderSource};
 pub use topic::{partitioned_topic, BadTopicName, TopicName};

@@ -125,8 +125,32 @@ impl Project {
         online: &str,
         offline: &str,
     ) {
+        self.write_pipeline(name, "", schema_block, online, offline);
+    }
+
+    /// Like [`Project::pipeline`] with `source.delivery` set (`shared`, the default, or
+    /// `per_sink`: then the subscriptions are `{name}-online` and `{name}-offline`).
+    pub fn pipeline_with_delivery(&self, name: &str, delivery: &str, online: &str, offline: &str) {
+        self.write_pipeline(
+            name,
+            &format!("  delivery: {delivery}\n"),
+            "  file: schemas/user_profile.avsc",
+            online,
+            offline,
+        );
+    }
+
+    /// Writes `connectors/{name}.yaml`; `source_extra` holds whole lines added to `source:`.
+    fn write_pipeline(
+        &self,
+        name: &str,
+        source_extra: &str,
+        schema_block: &str,
+        online: &str,
+        offline: &str,
+    ) {
         let yaml = format!(
-            "name: {name}\nsource:\n  topic: {}\n  subscription: {name}\n  initial_position: earliest\nschema:\n{schema_block}\nentity:\n  keys: [user_id]\n  event_time: event_time\nfeatures: all\n{online}\n{offline}\n",
+            "name: {name}\nsource:\n  topic: {}\n  subscription: {name}\n  initial_position: earliest\n{source_extra}schema:\n{schema_block}\nentity:\n  keys: [user_id]\n  event_time: event_time\nfeatures: all\n{online}\n{offline}\n",
             self.topic
         );
         std::fs::write(self.path().join(format!("connectors/{name}.yaml")), yaml)
@@ -311,6 +335,42 @@ pub async fn backlog(topic: &str, subscription: &str) -> Option<u64> {
         }
     }
     None
+}
+
+/// The names of the subscriptions of `topic` (admin API, sorted; empty if the topic does not
+/// exist yet).
+pub async fn subscriptions(topic: &str) -> Vec<String> {
+    let path = topic
+        .strip_prefix("persistent://")
+        .expect("persistent topic");
+    let url = format!(
+        "{}/admin/v2/persistent/{path}/subscriptions",
+        pulsar_admin()
+    );
+    let Ok(response) = reqwest::get(&url).await else {
+        return Vec::new();
+    };
+    let mut names = response.json::<Vec<String>>().await.unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The type (`Failover`, `Key_Shared`, …) of `subscription` on a non-partitioned `topic`
+/// while a consumer is attached, from the topic stats.
+pub async fn subscription_type(topic: &str, subscription: &str) -> Option<String> {
+    let path = topic
+        .strip_prefix("persistent://")
+        .expect("persistent topic");
+    let url = format!("{}/admin/v2/persistent/{path}/stats", pulsar_admin());
+    let stats = reqwest::get(&url)
+        .await
+        .ok()?
+        .json::<serde_json::Value>()
+        .await
+        .ok()?;
+    stats["subscriptions"][subscription]["type"]
+        .as_str()
+        .map(str::to_string)
 }
 
 /// Creates `topic` with `partitions` partitions.
