@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark (see bench/run.py): starts the services, builds the release
-# binary and the probes, prepares the peers' Python venv, runs every contender on the same
-# events and prints the table (also written to bench/results/latest.md).
+# binary and the probes, prepares the peers' Python venv and the Java client contender, runs
+# every contender on the same events and prints the tables (also written to
+# bench/results/latest.md).
 #
-#   bash bench/run.sh                      # full run (about 3 minutes on 2 cores once built)
+#   bash bench/run.sh                      # full run (about 5 minutes on 2 cores once built)
 #   bash bench/run.sh --events 20000 --feast-events 5000 --schedule 2000:5s,20000:3s   # smoke
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -11,6 +12,8 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --release --quiet --bin feature-connector --bin feature-connector-loadgen --example freshness_probe --example raw_consume
+cargo build --release --quiet --bin feature-connector --bin feature-connector-loadgen --example freshness_probe \
+  --example raw_consume --example tuned_consume --example hset_baseline
 PY=$(bash bench/peers/setup_venv.sh | tail -1)
-exec "$PY" bench/run.py --python "$PY" "$@"
+JAVA_CP=$(bash bench/peers/java-consumer/build.sh | tail -1)
+exec "$PY" bench/run.py --python "$PY" --java-classpath "$JAVA_CP" "$@"

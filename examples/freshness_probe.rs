@@ -45,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let key_prefix = pattern.trim_end_matches('*').to_string();
     let publish_times: PublishTimes = Arc::default();
     if let Some((pulsar_url, topic)) = topic {
-        let consumer = bare_consumer::subscribe(pulsar_url, topic, "freshness-probe").await?;
+        let consumer = bare_consumer::subscribe(pulsar_url, topic, "freshness-probe", 1000).await?;
         tokio::spawn(learn_publish_times(consumer, publish_times.clone()));
     }
     let client = redis::Client::open(url.as_str())?;

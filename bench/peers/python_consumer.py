@@ -28,7 +28,7 @@ or bad arguments.
 Usage (interpreter from bench/peers/setup_venv.sh):
   PY=$(bench/peers/setup_venv.sh | tail -1)
   $PY bench/peers/python_consumer.py --topic persistent://public/default/T --subscription S \
-      --events 1000000 --parquet-dir /tmp/pyconsumer-out
+      --events 1000000 --parquet-dir /tmp/pyconsumer-out [--receiver-queue 20000]
 """
 from __future__ import annotations
 
@@ -195,10 +195,12 @@ def parse_args(argv):
     ap.add_argument("--parquet-dir", required=True)
     ap.add_argument("--rollover-rows", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=1000, help="max messages per batch_receive")
+    ap.add_argument("--receiver-queue", type=int, default=1000,
+                    help="messages prefetched (the client's receiver_queue_size; at least --batch)")
     ap.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     ap.add_argument("--schema", type=Path, default=DEFAULT_SCHEMA, help="the Avro schema (.avsc)")
     args = ap.parse_args(argv)
-    for name in ("events", "rollover_rows", "batch"):
+    for name in ("events", "rollover_rows", "batch", "receiver_queue"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
@@ -235,7 +237,7 @@ def connect(args):
             args.topic, args.subscription,
             consumer_type=pulsar.ConsumerType.Exclusive,
             initial_position=pulsar.InitialPosition.Earliest,
-            receiver_queue_size=max(1000, args.batch),
+            receiver_queue_size=max(args.receiver_queue, args.batch),
             batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(args.batch, -1, 100),
         )
     except pulsar.PulsarException as e:

@@ -5,11 +5,13 @@ use pulsar::consumer::{ConsumerOptions, InitialPosition};
 use pulsar::message::proto::command_subscribe::SubType;
 use pulsar::{Consumer, Pulsar, TokioExecutor};
 
-/// Subscribes to `topic` as `<name>-<pid>` (Exclusive, earliest, 1,000 messages prefetched).
+/// Subscribes to `topic` as `<name>-<pid>` (Exclusive, earliest), with `receiver_queue`
+/// messages prefetched (the flow permits the client hands the broker).
 pub async fn subscribe(
     url: &str,
     topic: &str,
     name: &str,
+    receiver_queue: u32,
 ) -> Result<Consumer<Vec<u8>, TokioExecutor>, Box<dyn std::error::Error>> {
     let pulsar = Pulsar::builder(url, TokioExecutor).build().await?;
     Ok(pulsar
@@ -17,7 +19,7 @@ pub async fn subscribe(
         .with_topic(topic)
         .with_subscription(format!("{name}-{}", std::process::id()))
         .with_subscription_type(SubType::Exclusive)
-        .with_batch_size(1000)
+        .with_batch_size(receiver_queue)
         .with_options(ConsumerOptions {
             initial_position: InitialPosition::Earliest,
             ..Default::default()
