@@ -1,10 +1,14 @@
 //! Latest-wins script calls, built straight from a layout's values into Redis commands.
 //!
 //! Layouts hand each entity's newest values to an [`EntityWrites`] receiver instead of
-//! returning owned field/value vectors: the connector's receiver, [`ScriptCalls`], appends
-//! them to one `EVALSHA` command per entity, so a value is copied once on its way to the
-//! wire (it used to be copied four times, with an allocation for each field and value).
+//! returning owned field/value vectors. The connector's receiver, [`ScriptCalls`], packs
+//! many entities into one `EVALSHA` of the latest-wins script (one per batch chunk; on a
+//! cluster one per hash slot, since a script may only touch keys of one slot): a script call
+//! costs Redis several times a plain write, so one call per entity dominated its CPU.
 
+use std::collections::HashMap;
+
+use redis::cluster_routing::Slot;
 use redis::{Cmd, Script};
 
 use super::layout::EntityWrite;
@@ -22,85 +26,165 @@ pub trait EntityWrites {
     fn delete(&mut self, field: &[u8]);
 }
 
-/// One `EVALSHA` of the latest-wins script per entity (see `writer::LATEST_WINS_LUA` for
-/// the argument order).
+/// Most entities in one script call: Redis runs a script to its end before serving anyone
+/// else, so a call stays well under a millisecond.
+pub const MAX_ENTITIES_PER_CALL: usize = 256;
+
+/// Builds `EVALSHA`s of the latest-wins script (see `writer::LATEST_WINS_LUA` for the
+/// argument order), each for up to [`MAX_ENTITIES_PER_CALL`] entities.
 pub struct ScriptCalls<'a> {
     hash: &'a str,
     ttl_ms: i64,
     time_field: &'a [u8],
     time_encoding: &'a str,
+    /// Group entities by hash slot (Redis Cluster).
+    by_slot: bool,
+    open: HashMap<Option<Slot>, Chunk>,
+    /// The chunk of the entity being written.
+    current: Option<Option<Slot>>,
     calls: Vec<Cmd>,
-    /// Arguments and bytes of the largest call so far: the next one is allocated that big,
-    /// instead of growing its buffers several times.
-    largest: (usize, usize),
-    current: (usize, usize),
+}
+
+/// The entities of one future call. Keys must precede every argument in the command, so
+/// values are gathered here and the command is assembled when the chunk is full or done.
+#[derive(Default)]
+struct Chunk {
+    keys: Vec<u8>,
+    key_ends: Vec<usize>,
+    entities: Vec<Entity>,
+    args: Vec<u8>,
+    arg_ends: Vec<usize>,
+}
+
+/// One entity of a chunk: its event time, its time value and field arguments in `args`.
+struct Entity {
+    event_time_ms: i64,
+    sets: usize,
+    deletes: usize,
+    /// Index in `arg_ends` of the time value; its sets and deletes follow.
+    first_arg: usize,
+}
+
+impl Chunk {
+    fn push_arg(&mut self, bytes: &[u8]) {
+        self.args.extend_from_slice(bytes);
+        self.arg_ends.push(self.args.len());
+    }
+
+    fn arg(&self, index: usize) -> &[u8] {
+        let start = index.checked_sub(1).map_or(0, |i| self.arg_ends[i]);
+        &self.args[start..self.arg_ends[index]]
+    }
+
+    fn command(&self, calls: &ScriptCalls<'_>) -> Cmd {
+        let count = self.entities.len();
+        let mut call = Cmd::with_capacity(
+            6 + count * 5 + self.arg_ends.len(),
+            64 + self.keys.len() + self.args.len() + count * 24,
+        );
+        call.arg("EVALSHA").arg(calls.hash).arg(count);
+        let mut start = 0;
+        for &end in &self.key_ends {
+            call.arg(&self.keys[start..end]);
+            start = end;
+        }
+        call.arg(calls.ttl_ms)
+            .arg(calls.time_field)
+            .arg(calls.time_encoding);
+        for entity in &self.entities {
+            call.arg(entity.event_time_ms)
+                .arg(self.arg(entity.first_arg))
+                .arg(entity.sets)
+                .arg(entity.deletes);
+            let fields =
+                entity.first_arg + 1..entity.first_arg + 1 + 2 * entity.sets + entity.deletes;
+            for index in fields {
+                call.arg(self.arg(index));
+            }
+        }
+        call
+    }
 }
 
 impl<'a> ScriptCalls<'a> {
-    /// Calls of `script` that apply `ttl_ms` and compare times stored in `time_field`.
+    /// Calls of `script` that apply `ttl_ms` and compare times stored in `time_field`;
+    /// `by_slot` for Redis Cluster.
     pub fn new(
         script: &'a Script,
         ttl_ms: i64,
         time_field: &'a [u8],
         time_encoding: &'a str,
+        by_slot: bool,
     ) -> Self {
         Self {
             hash: script.get_hash(),
             ttl_ms,
             time_field,
             time_encoding,
+            by_slot,
+            open: HashMap::new(),
+            current: None,
             calls: Vec::new(),
-            largest: (16, 256),
-            current: (0, 0),
         }
     }
 
-    /// The commands built so far, one per entity.
-    pub fn into_commands(self) -> Vec<Cmd> {
+    /// The commands: every chunk's script call.
+    pub fn into_commands(mut self) -> Vec<Cmd> {
+        let open = std::mem::take(&mut self.open);
+        for chunk in open.into_values() {
+            let call = chunk.command(&self);
+            self.calls.push(call);
+        }
         self.calls
     }
 
-    fn grow_current(&mut self, args: usize, bytes: usize) {
-        self.current = (self.current.0 + args, self.current.1 + bytes);
+    fn current_chunk(&mut self) -> Option<&mut Chunk> {
+        let slot = self.current?;
+        self.open.get_mut(&slot)
     }
 }
 
 impl EntityWrites for ScriptCalls<'_> {
     fn entity(&mut self, key: &[u8], event_time_ms: i64, time_value: &[u8], sets: usize) {
-        self.largest = (
-            self.largest.0.max(self.current.0),
-            self.largest.1.max(self.current.1),
-        );
-        self.current = (
-            10,
-            64 + key.len() + self.time_field.len() + time_value.len(),
-        );
-        let mut call = Cmd::with_capacity(self.largest.0, self.largest.1);
-        call.arg("EVALSHA")
-            .arg(self.hash)
-            .arg(1)
-            .arg(key)
-            .arg(event_time_ms)
-            .arg(self.ttl_ms)
-            .arg(self.time_field)
-            .arg(self.time_encoding)
-            .arg(time_value)
-            .arg(sets);
-        self.calls.push(call);
+        let slot = self.by_slot.then(|| Slot::for_key(key));
+        if self
+            .open
+            .get(&slot)
+            .is_some_and(|chunk| chunk.entities.len() >= MAX_ENTITIES_PER_CALL)
+        {
+            if let Some(full) = self.open.remove(&slot) {
+                let call = full.command(self);
+                self.calls.push(call);
+            }
+        }
+        self.current = Some(slot);
+        let chunk = self.open.entry(slot).or_default();
+        chunk.keys.extend_from_slice(key);
+        chunk.key_ends.push(chunk.keys.len());
+        let first_arg = chunk.arg_ends.len();
+        chunk.push_arg(time_value);
+        chunk.entities.push(Entity {
+            event_time_ms,
+            sets,
+            deletes: 0,
+            first_arg,
+        });
     }
 
     fn set(&mut self, field: &[u8], value: &[u8]) {
-        if let Some(call) = self.calls.last_mut() {
-            call.arg(field).arg(value);
+        if let Some(chunk) = self.current_chunk() {
+            chunk.push_arg(field);
+            chunk.push_arg(value);
         }
-        self.grow_current(2, field.len() + value.len());
     }
 
     fn delete(&mut self, field: &[u8]) {
-        if let Some(call) = self.calls.last_mut() {
-            call.arg(field);
+        if let Some(chunk) = self.current_chunk() {
+            chunk.push_arg(field);
+            if let Some(entity) = chunk.entities.last_mut() {
+                entity.deletes += 1;
+            }
         }
-        self.grow_current(1, field.len());
     }
 }
 
@@ -133,37 +217,82 @@ impl EntityWrites for Vec<EntityWrite> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn one_evalsha_per_entity_in_the_scripts_argument_order() {
-        let script = Script::new("return 1");
-        let mut calls = ScriptCalls::new(&script, 60_000, b"_ts", "ms");
-        calls.entity(b"fc:users:a", 30, b"30", 1);
-        calls.set(b"vip", b"true");
-        calls.delete(b"ctr");
-        let commands = calls.into_commands();
-        assert_eq!(commands.len(), 1);
-        let args: Vec<Vec<u8>> = commands[0]
+    fn args(command: &Cmd) -> Vec<Vec<u8>> {
+        command
             .args_iter()
             .map(|arg| match arg {
                 redis::Arg::Simple(bytes) => bytes.to_vec(),
                 _ => b"<cursor>".to_vec(),
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn one_evalsha_for_many_entities_keys_first_in_the_scripts_argument_order() {
+        let script = Script::new("return 1");
+        let mut calls = ScriptCalls::new(&script, 60_000, b"_ts", "ms", false);
+        calls.entity(b"fc:users:a", 30, b"30", 1);
+        calls.set(b"vip", b"true");
+        calls.delete(b"ctr");
+        calls.entity(b"fc:users:b", 40, b"40", 2);
+        calls.set(b"vip", b"false");
+        calls.set(b"ctr", b"0.5");
+        let commands = calls.into_commands();
+        assert_eq!(commands.len(), 1);
         let expected: Vec<&[u8]> = vec![
             b"EVALSHA",
             script.get_hash().as_bytes(),
-            b"1",
+            b"2",
             b"fc:users:a",
-            b"30",
+            b"fc:users:b",
             b"60000",
             b"_ts",
             b"ms",
             b"30",
+            b"30",
+            b"1",
             b"1",
             b"vip",
             b"true",
             b"ctr",
+            b"40",
+            b"40",
+            b"2",
+            b"0",
+            b"vip",
+            b"false",
+            b"ctr",
+            b"0.5",
         ];
-        assert_eq!(args, expected);
+        assert_eq!(args(&commands[0]), expected);
+    }
+
+    #[test]
+    fn a_full_call_starts_the_next_and_a_cluster_gets_one_call_per_slot() {
+        let script = Script::new("return 1");
+        let mut calls = ScriptCalls::new(&script, 0, b"_ts", "ms", false);
+        for i in 0..MAX_ENTITIES_PER_CALL + 1 {
+            calls.entity(format!("k:{i}").as_bytes(), 1, b"1", 0);
+        }
+        let counts: Vec<Vec<u8>> = calls
+            .into_commands()
+            .iter()
+            .map(|c| args(c)[2].clone())
+            .collect();
+        assert_eq!(counts, vec![b"256".to_vec(), b"1".to_vec()]);
+
+        let mut calls = ScriptCalls::new(&script, 0, b"_ts", "ms", true);
+        // `{a}` hash tags put the first two in one slot.
+        for key in [&b"x:{a}:1"[..], b"x:{a}:2", b"x:{b}:1"] {
+            calls.entity(key, 1, b"1", 1);
+            calls.set(b"f", key);
+        }
+        let mut per_call: Vec<usize> = calls
+            .into_commands()
+            .iter()
+            .map(|c| String::from_utf8_lossy(&args(c)[2]).parse().unwrap_or(0))
+            .collect();
+        per_call.sort_unstable();
+        assert_eq!(per_call, vec![1, 2]);
     }
 }

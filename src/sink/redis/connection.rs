@@ -106,6 +106,11 @@ impl RedisClient {
         }
     }
 
+    /// Whether this is a Redis Cluster (a script call may then touch one hash slot only).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, RedisClient::Cluster(_))
+    }
+
     /// Connects (for a cluster: discovers the slot map).
     pub async fn connect(&self) -> RedisResult<RedisConnection> {
         match self {
@@ -147,17 +152,23 @@ impl RedisConnection {
     }
 
     /// Runs `calls` (`EVALSHA`s of `script`): one pipelined round trip on a single server,
-    /// loading the script first (also after a restart emptied its cache); on a cluster each
-    /// is routed by its key, all in flight at once, loading the script where a node lacks it.
+    /// on a cluster each routed by its key, all in flight at once. Where the server lacks
+    /// the script (a restart or `SCRIPT FLUSH` emptied its cache) it is loaded and the calls
+    /// run again; they are idempotent.
     pub async fn invoke_all(&mut self, script: &Script, calls: &[Cmd]) -> RedisResult<()> {
         match self {
             RedisConnection::Single(connection) => {
-                let mut pipe = redis::Pipeline::with_capacity(calls.len() + 1);
-                pipe.load_script(script).ignore();
+                let mut pipe = redis::Pipeline::with_capacity(calls.len());
                 for call in calls {
                     pipe.add_command(call.clone()).ignore();
                 }
-                pipe.query_async::<()>(connection).await
+                match pipe.query_async::<()>(connection).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        script.load_async(connection).await?;
+                        pipe.query_async::<()>(connection).await
+                    }
+                    outcome => outcome,
+                }
             }
             RedisConnection::Cluster(connection) => {
                 let calls = calls.iter().map(|call| {

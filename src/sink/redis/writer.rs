@@ -17,11 +17,13 @@ use crate::retry::Backoff;
 use crate::sink::{Sink, SinkError};
 use crate::source::MessagePosition;
 
-/// Atomic per entity, so replicas and out-of-order events cannot overwrite newer values:
-/// KEYS[1] entity key; ARGV[1] event time ms; ARGV[2] TTL ms (> 0 expire, 0 persist, < 0 leave);
-/// ARGV[3] time field; ARGV[4] its encoding (`ms` text or `pbts` protobuf Timestamp);
-/// ARGV[5] its new value; ARGV[6] number of field/value pairs n; n pairs; fields to delete.
-const LATEST_WINS_LUA: &str = r"
+/// Latest-wins for many entities in one call, atomic per entity, so replicas and
+/// out-of-order events cannot overwrite newer values. KEYS: the entity keys. ARGV[1] TTL ms
+/// (> 0 expire, 0 persist an entity written before, < 0 leave); ARGV[2] time field; ARGV[3] its encoding (`ms` text
+/// or `pbts` protobuf Timestamp); then per key: event time ms, the time field's new value,
+/// number of field/value pairs s, number of fields to delete d, s pairs, d fields.
+/// Returns how many entities were written (the rest held newer values).
+pub(super) const LATEST_WINS_LUA: &str = r"
 local function pbts_ms(s)
   local i, seconds, nanos = 1, 0, 0
   while i <= #s do
@@ -32,20 +34,27 @@ local function pbts_ms(s)
   end
   return seconds * 1000 + math.floor(nanos / 1000000)
 end
-local stored = redis.call('HGET', KEYS[1], ARGV[3])
-if stored then
-  local stored_ms
-  if ARGV[4] == 'pbts' then stored_ms = pbts_ms(stored) else stored_ms = tonumber(stored) end
-  if stored_ms and stored_ms > tonumber(ARGV[1]) then return 0 end
+local ttl, time_field, pbts = tonumber(ARGV[1]), ARGV[2], ARGV[3] == 'pbts'
+local a, written = 4, 0
+for k = 1, #KEYS do
+  local key, at = KEYS[k], tonumber(ARGV[a])
+  local sets, deletes = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local first_set, first_delete = a + 4, a + 4 + 2 * sets
+  local stored, newer = redis.call('HGET', key, time_field), false
+  if stored then
+    local stored_ms
+    if pbts then stored_ms = pbts_ms(stored) else stored_ms = tonumber(stored) end
+    newer = stored_ms ~= nil and stored_ms > at
+  end
+  if not newer then
+    redis.call('HSET', key, time_field, ARGV[a + 1], unpack(ARGV, first_set, first_delete - 1))
+    if deletes > 0 then redis.call('HDEL', key, unpack(ARGV, first_delete, first_delete + deletes - 1)) end
+    if ttl > 0 then redis.call('PEXPIRE', key, ttl) elseif ttl == 0 and stored then redis.call('PERSIST', key) end
+    written = written + 1
+  end
+  a = first_delete + deletes
 end
-local n = tonumber(ARGV[6])
-local args = {ARGV[3], ARGV[5]}
-for i = 7, 6 + 2 * n do args[#args + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], unpack(args))
-for i = 7 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
-local ttl = tonumber(ARGV[2])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) elseif ttl == 0 then redis.call('PERSIST', KEYS[1]) end
-return 1
+return written
 ";
 
 /// Connection, script and retry policy for one batch write; cloned into each in-flight task.
@@ -154,13 +163,14 @@ impl RedisSink {
         })
     }
 
-    /// One latest-wins script call per entity of `batch`.
+    /// The latest-wins script calls that write `batch`'s newest value per entity.
     fn calls(&self, batch: &RowBatch) -> Result<Vec<Cmd>, SinkError> {
         let mut calls = ScriptCalls::new(
             &self.writer.script,
             self.ttl_ms,
             &self.time_field,
             self.layout.time_encoding().script_name(),
+            self.writer.client.is_cluster(),
         );
         self.layout
             .write_entities(&batch.rows, &mut calls)
