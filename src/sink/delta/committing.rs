@@ -26,7 +26,7 @@ impl DeltaSink {
         let labels = self.labels();
         let mut backoff = Backoff::default();
         // Files already written for exactly this set of messages (reused after a conflict).
-        let mut written: Option<(Vec<String>, Vec<deltalake::kernel::Add>)> = None;
+        let mut written: Option<(u64, Vec<deltalake::kernel::Add>)> = None;
         let taken = loop {
             let table = self
                 .table
@@ -69,13 +69,7 @@ impl DeltaSink {
                 .as_mut()
                 .ok_or_else(|| SinkError::fatal("no table"))?;
             // Same messages and same rows: the files written before a conflict still fit.
-            let ids: Vec<String> = std::iter::once(taken.rows().to_string())
-                .chain(
-                    taken
-                        .positions()
-                        .map(|p| format!("{}@{}", p.display_id(), p.topic)),
-                )
-                .collect();
+            let ids = fingerprint(taken.rows(), taken.positions());
             let adds = match written.take() {
                 Some((same, adds)) if same == ids => adds,
                 _ => {
@@ -213,6 +207,18 @@ impl DeltaSink {
     pub fn buffered_rows(&self) -> usize {
         self.rollover.rows()
     }
+}
+
+/// Identifies a set of taken messages and its row count, to tell whether files written for
+/// an earlier attempt still fit (compared with the previous attempt's only).
+fn fingerprint<'a>(rows: usize, positions: impl Iterator<Item = &'a MessagePosition>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    rows.hash(&mut hasher);
+    for position in positions {
+        position.hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 pub(super) fn fatal(error: arrow::error::ArrowError) -> SinkError {

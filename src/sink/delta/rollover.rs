@@ -66,15 +66,30 @@ impl Buffered {
         Ok(dropped_rows)
     }
 
-    /// Keeps the rows whose message `keep_row` accepts (messages stay).
-    fn retain_rows(
-        &mut self,
-        keep_row: impl Fn(&MessagePosition) -> bool,
-    ) -> Result<usize, ArrowError> {
+    /// Drops the rows of messages the table already holds (the messages stay, to be
+    /// acknowledged); returns how many rows. Looks each message up once, and its partition
+    /// only when it differs from the previous message's (batches are mostly one partition).
+    fn drop_held(&mut self, held: &CommittedPositions) -> Result<usize, ArrowError> {
+        let mut partition: Option<(&str, Option<MessageKey>)> = None;
+        let keep_message: Vec<bool> = self
+            .positions
+            .iter()
+            .map(|position| {
+                let last = match partition {
+                    Some((topic, last)) if topic == position.topic => last,
+                    _ => {
+                        let last = held.get(&position.topic);
+                        partition = Some((&position.topic, last));
+                        last
+                    }
+                };
+                last.is_none_or(|last| message_key(position) > last)
+            })
+            .collect();
         let row_keep: Vec<bool> = self
             .row_messages
             .iter()
-            .map(|&m| self.positions.get(m).is_none_or(&keep_row))
+            .map(|&m| keep_message.get(m).copied().unwrap_or(true))
             .collect();
         let dropped = row_keep.iter().filter(|k| !**k).count();
         if dropped > 0 {
@@ -149,9 +164,13 @@ impl Rollover {
         while index < incoming.positions.len() {
             let position = &incoming.positions[index];
             let key = message_key(position);
-            let topic = position.topic.clone();
-            match self.newest.get(&topic) {
-                Some(newest) if key <= *newest => {
+            match self.newest.get_mut(position.topic.as_str()) {
+                Some(newest) if key > *newest => *newest = key,
+                None => {
+                    self.newest.insert(position.topic.clone(), key);
+                }
+                Some(_) => {
+                    let topic = position.topic.clone();
                     // Everything of this partition from `key` on comes again.
                     let from = |p: &MessagePosition| p.topic == topic && message_key(p) >= key;
                     for batch in &mut self.batches {
@@ -166,9 +185,6 @@ impl Rollover {
                         .collect();
                     rewound += incoming.retain(&keep)?;
                     index = keep[..index].iter().filter(|k| **k).count();
-                    self.newest.insert(topic, key);
-                }
-                _ => {
                     self.newest.insert(topic, key);
                 }
             }
@@ -187,9 +203,18 @@ impl Rollover {
     pub fn drop_held(&mut self, held: &CommittedPositions) -> Result<usize, ArrowError> {
         let mut dropped = 0;
         for batch in &mut self.batches {
-            dropped += batch.retain_rows(|p| !held.holds(p))?;
+            dropped += batch.drop_held(held)?;
         }
         Ok(dropped)
+    }
+
+    /// [`Rollover::drop_held`] for the batch taken last only: the earlier ones were checked
+    /// when they came (and the commit checks all of them against the newest state).
+    pub fn drop_held_in_newest(&mut self, held: &CommittedPositions) -> Result<usize, ArrowError> {
+        match self.batches.last_mut() {
+            Some(batch) => batch.drop_held(held),
+            None => Ok(0),
+        }
     }
 
     /// Per partition, the newest message a commit may take: the end of the unbroken run that

@@ -241,7 +241,10 @@ impl Sink for DeltaSink {
             .table
             .as_ref()
             .ok_or_else(|| SinkError::fatal("no table"))?;
-        let dropped = self.rollover.drop_held(table.positions()).map_err(fatal)?;
+        let dropped = self
+            .rollover
+            .drop_held_in_newest(table.positions())
+            .map_err(fatal)?;
         self.count_skipped(dropped);
         if self.rollover.rows() >= self.config.rollover_rows
             || self.due_by_size()
