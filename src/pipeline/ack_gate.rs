@@ -1,19 +1,22 @@
 //! Which messages a lane may acknowledge when it feeds several sinks: only those every sink
 //! has reported durable.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
-use crate::source::MessagePosition;
+use crate::source::{MessagePosition, Offset};
 
 /// Counts, per received message, the sinks that have not made it durable yet.
 ///
 /// Each sink reports each message durable once, in the order it received them (per topic
 /// partition), so what the gate releases keeps that order and cumulative acknowledgement
 /// stays safe. With one sink the gate passes everything through untouched.
+///
+/// This runs for every message: counts are kept per partition by offset, so that a message
+/// costs a hash of three integers and no allocation.
 #[derive(Debug)]
 pub struct AckGate {
     sinks: usize,
-    owed: HashMap<MessagePosition, usize>,
+    owed: FxHashMap<String, FxHashMap<Offset, usize>>,
 }
 
 impl AckGate {
@@ -21,15 +24,22 @@ impl AckGate {
     pub fn new(sinks: usize) -> Self {
         Self {
             sinks,
-            owed: HashMap::new(),
+            owed: FxHashMap::default(),
         }
     }
 
     /// The lane handed these messages to every sink.
     pub fn received(&mut self, positions: &[MessagePosition]) {
-        if self.sinks > 1 {
-            for position in positions {
-                self.owed.insert(position.clone(), self.sinks);
+        if self.sinks <= 1 {
+            return;
+        }
+        for run in positions.chunk_by(|a, b| a.topic == b.topic) {
+            let topic = run[0].topic.as_str();
+            if !self.owed.contains_key(topic) {
+                self.owed.insert(topic.to_string(), FxHashMap::default());
+            }
+            if let Some(owed) = self.owed.get_mut(topic) {
+                owed.extend(run.iter().map(|position| (position.offset, self.sinks)));
             }
         }
     }
@@ -43,13 +53,17 @@ impl AckGate {
         positions
             .into_iter()
             .filter(|position| {
-                match self.owed.get_mut(position) {
+                let Some(partition) = self.owed.get_mut(position.topic.as_str()) else {
+                    tracing::debug!(message_id = %position.display_id(), "a sink reported a message of a partition the lane does not wait for");
+                    return false;
+                };
+                match partition.get_mut(&position.offset) {
                     Some(owed) if *owed > 1 => {
                         *owed -= 1;
                         false
                     }
                     Some(_) => {
-                        self.owed.remove(position);
+                        partition.remove(&position.offset);
                         true
                     }
                     None => {
@@ -64,7 +78,7 @@ impl AckGate {
     /// Messages some sink does not have durable yet.
     #[cfg(test)]
     pub fn pending(&self) -> usize {
-        self.owed.len()
+        self.owed.values().map(FxHashMap::len).sum()
     }
 }
 
