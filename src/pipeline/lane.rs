@@ -3,17 +3,18 @@
 
 use std::sync::Arc;
 
-use arrow::array::Array;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::ack_gate::AckGate;
 use super::dead_letter::DeadLetter;
+use super::sink_task::{self, SinkHandle, SinkReport, SinkTaskContext};
 use crate::health::Health;
 use crate::metrics::{DeadLetterLabels, LaneLabels, Metrics};
-use crate::record::{event_time_millis, RowBatch};
+use crate::record::RowBatch;
 use crate::retry::Backoff;
 use crate::schema::{DecodeFailure, TopicDecoders};
 use crate::sink::{Sink, SinkError};
@@ -75,11 +76,16 @@ pub struct Lane {
     pub health: Arc<Health>,
 }
 
-/// What a lane does while it runs: the lane's parts plus its acknowledgement gate.
+/// What a lane does while it runs: the lane's parts, its acknowledgement gate and, once
+/// started, its sinks' tasks.
 struct Running {
     lane: Lane,
     name: String,
     gate: AckGate,
+    /// The sinks' kinds, by index (the sinks themselves are in their tasks while running).
+    kinds: Vec<&'static str>,
+    handles: Vec<SinkHandle>,
+    reports: Option<mpsc::UnboundedReceiver<SinkReport>>,
 }
 
 impl Lane {
@@ -102,11 +108,15 @@ impl Lane {
     pub async fn run_to_end(self) -> (Result<(), LaneError>, Vec<Box<dyn Sink>>) {
         let name = self.name();
         let gate = AckGate::new(self.sinks.len());
+        let kinds = self.sinks.iter().map(|sink| sink.kind()).collect();
         let span = tracing::info_span!("lane", pipeline = %self.pipeline, sink = %name);
         let mut running = Running {
             lane: self,
             name,
             gate,
+            kinds,
+            handles: Vec::new(),
+            reports: None,
         };
         let outcome = running.run().instrument(span).await;
         (outcome, running.lane.sinks)
@@ -117,6 +127,7 @@ impl Running {
     async fn run(&mut self) -> Result<(), LaneError> {
         let result = match self.start_sinks().await {
             Ok(true) => {
+                self.spawn_sinks();
                 tracing::info!("lane started");
                 self.lane.health.lane_started();
                 let result = self.consume().await;
@@ -144,25 +155,71 @@ impl Running {
         Ok(true)
     }
 
+    /// Hands each sink to a task of its own (see [`super::sink_task`]).
+    fn spawn_sinks(&mut self) {
+        let (reports, receiver) = mpsc::unbounded_channel();
+        for (index, sink) in std::mem::take(&mut self.lane.sinks).into_iter().enumerate() {
+            let context = SinkTaskContext {
+                index,
+                labels: self.sink_labels(index),
+                metrics: self.lane.metrics.clone(),
+                event_time: self.lane.decoder.event_time().to_string(),
+                reports: reports.clone(),
+            };
+            self.handles.push(sink_task::spawn(sink, context));
+        }
+        self.reports = Some(receiver);
+    }
+
+    /// Ends the sinks' tasks (each flushes), acknowledges what they made durable and takes
+    /// the sinks back.
     async fn flush(&mut self) -> Result<(), LaneError> {
+        let (senders, tasks): (Vec<_>, Vec<_>) = std::mem::take(&mut self.handles)
+            .into_iter()
+            .map(|handle| (handle.batches, handle.task))
+            .unzip();
+        drop(senders);
         let mut first_error = None;
-        for index in 0..self.lane.sinks.len() {
-            match self.lane.sinks[index].flush().await {
-                Ok(durable) => {
-                    if let Err(e) = self.ack(durable).await {
-                        first_error.get_or_insert(e);
-                    }
-                }
-                Err(SinkError::Cancelled(why)) => {
-                    tracing::warn!(%why, "shutdown before the last rows were durable; they will be redelivered");
-                }
-                Err(source) => {
-                    let e = self.sink_error(index, source);
+        if let Some(mut reports) = self.reports.take() {
+            while let Some(report) = reports.recv().await {
+                if let Err(e) = self.on_report(report).await {
                     first_error.get_or_insert(e);
                 }
             }
         }
+        for task in tasks {
+            match task.await {
+                Ok(sink) => self.lane.sinks.push(sink),
+                Err(e) => tracing::error!(error = %e, "sink task panicked"),
+            }
+        }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Acts on one sink report: acknowledges, or turns a failure into the lane's error.
+    /// `Ok(false)` when the sink stopped on shutdown.
+    async fn on_report(&mut self, report: SinkReport) -> Result<bool, LaneError> {
+        match report {
+            SinkReport::Durable(durable) => {
+                self.ack(durable).await?;
+                Ok(true)
+            }
+            SinkReport::Ended => Ok(true),
+            SinkReport::Cancelled(why) => {
+                tracing::warn!(%why, "shutdown before the last rows were durable; they will be redelivered");
+                Ok(false)
+            }
+            SinkReport::Failed(index, source) => Err(self.sink_error(index, source)),
+        }
+    }
+
+    /// Acts on every report waiting; `Ok(false)` when a sink stopped on shutdown.
+    async fn drain_reports(&mut self) -> Result<bool, LaneError> {
+        let mut going = true;
+        while let Some(report) = self.reports.as_mut().and_then(|r| r.try_recv().ok()) {
+            going &= self.on_report(report).await?;
+        }
+        Ok(going)
     }
 
     async fn consume(&mut self) -> Result<(), LaneError> {
@@ -203,12 +260,8 @@ impl Running {
                     return Ok(());
                 }
             }
-            for index in 0..self.lane.sinks.len() {
-                match self.lane.sinks[index].tick().await {
-                    Ok(durable) => self.ack(durable).await?,
-                    Err(SinkError::Cancelled(_)) => return Ok(()),
-                    Err(source) => return Err(self.sink_error(index, source)),
-                }
+            if !self.drain_reports().await? {
+                return Ok(());
             }
         }
     }
@@ -234,23 +287,11 @@ impl Running {
         if !decoded.failures.is_empty() && !self.dead_letter(&messages, &decoded.failures).await? {
             return Ok(false);
         }
-        let rows = decoded.rows.num_rows() as u64;
         self.lane
             .metrics
             .messages_decoded
             .get_or_create(&self.labels())
             .inc_by((messages.len() - decoded.failures.len()) as u64);
-        let fresh = self.lane.sinks.iter().any(|sink| sink.reports_freshness());
-        let event_times: Vec<i64> = decoded
-            .rows
-            .column_by_name(self.lane.decoder.event_time())
-            .filter(|_| fresh)
-            .map(|column| {
-                (0..column.len())
-                    .filter_map(|row| event_time_millis(column, row))
-                    .collect()
-            })
-            .unwrap_or_default();
         let batch = RowBatch {
             rows: decoded.rows,
             publish_times_ms: messages.iter().map(|m| m.publish_time_ms).collect(),
@@ -258,45 +299,33 @@ impl Running {
             row_positions: decoded.row_messages,
         };
         self.gate.received(&batch.positions);
-        let publish_times = if fresh {
-            batch.publish_times_ms.clone()
-        } else {
-            Vec::new()
-        };
-        let mut batches = vec![batch.clone(); self.lane.sinks.len().saturating_sub(1)];
-        batches.push(batch);
-        let writes = self
-            .lane
-            .sinks
-            .iter_mut()
-            .zip(batches)
-            .map(|(sink, batch)| async move {
-                let started = Instant::now();
-                let written = sink.write(batch).await;
-                (written, started.elapsed())
-            });
-        let results = futures::future::join_all(writes).await;
-        let mut interrupted = false;
-        for (index, (written, took)) in results.into_iter().enumerate() {
-            let labels = self.sink_labels(index);
-            let metrics = &self.lane.metrics;
-            metrics
-                .sink_write_seconds
-                .get_or_create(&labels)
-                .observe(took.as_secs_f64());
-            match written {
-                Ok(durable) => {
-                    if self.lane.sinks[index].reports_freshness() {
-                        observe_freshness(metrics, &labels, &publish_times, &event_times);
-                    }
-                    metrics.rows_written.get_or_create(&labels).inc_by(rows);
-                    self.ack(durable).await?;
-                }
-                Err(SinkError::Cancelled(_)) => interrupted = true,
-                Err(source) => return Err(self.sink_error(index, source)),
+        let last = self.handles.len().saturating_sub(1);
+        let mut batch = Some(batch);
+        for index in 0..self.handles.len() {
+            let copy = if index == last {
+                batch.take()
+            } else {
+                batch.clone()
+            };
+            let Some(copy) = copy else { break };
+            let sender = self.handles[index].batches.clone();
+            let sent = tokio::select! {
+                biased;
+                () = self.lane.cancel.cancelled() => return Ok(false),
+                sent = sender.send(copy) => sent,
+            };
+            if sent.is_err() {
+                // The sink's task ended: its report says why.
+                return match self.reports.as_mut() {
+                    Some(reports) => match reports.recv().await {
+                        Some(report) => self.on_report(report).await,
+                        None => Ok(false),
+                    },
+                    None => Ok(false),
+                };
             }
         }
-        Ok(!interrupted)
+        self.drain_reports().await
     }
 
     /// Publishes the undecodable messages to the dead-letter topic (when this lane owns it);
@@ -371,14 +400,14 @@ impl Running {
     fn sink_labels(&self, index: usize) -> LaneLabels {
         LaneLabels {
             pipeline: self.lane.pipeline.clone(),
-            sink: self.lane.sinks[index].kind().to_string(),
+            sink: self.kinds[index].to_string(),
         }
     }
 
     fn sink_error(&self, index: usize, source: SinkError) -> LaneError {
         LaneError::Sink {
             pipeline: self.lane.pipeline.clone(),
-            sink: self.lane.sinks[index].kind(),
+            sink: self.kinds[index],
             source,
         }
     }
@@ -389,25 +418,6 @@ impl Running {
             lane: self.name.clone(),
             source,
         }
-    }
-}
-
-/// Values are readable once the sink's write returns: record how old they were then.
-fn observe_freshness(
-    metrics: &Metrics,
-    labels: &LaneLabels,
-    publish_times: &[u64],
-    event_times: &[i64],
-) {
-    let now_ms = chrono::Utc::now().timestamp_millis();
-    let by_publish = metrics.freshness_publish_time_seconds.get_or_create(labels);
-    for &published in publish_times {
-        let age = now_ms - i64::try_from(published).unwrap_or(i64::MAX);
-        by_publish.observe(age.max(0) as f64 / 1000.0);
-    }
-    let by_event = metrics.freshness_event_time_seconds.get_or_create(labels);
-    for &event in event_times {
-        by_event.observe((now_ms - event).max(0) as f64 / 1000.0);
     }
 }
 

@@ -10,6 +10,7 @@ mod backfill;
 mod backlog;
 mod dead_letter;
 mod lane;
+mod sink_task;
 
 use std::path::Path;
 use std::sync::Arc;
