@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -27,10 +28,10 @@ pub struct BackfillArgs {
     offline_url: Option<String>,
 }
 
-fn parse_time(flag: &str, text: &str) -> Result<u64, String> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(|t| u64::try_from(t.timestamp_millis()).unwrap_or(0))
-        .map_err(|e| format!("--{flag} `{text}`: not an RFC 3339 time ({e})"))
+fn parse_time(flag: &str, text: &str) -> anyhow::Result<u64> {
+    let time = chrono::DateTime::parse_from_rfc3339(text)
+        .with_context(|| format!("--{flag} `{text}`: not an RFC 3339 time"))?;
+    Ok(u64::try_from(time.timestamp_millis()).unwrap_or(0))
 }
 
 /// Shows a progress bar on a terminal and prints a summary line.
@@ -48,7 +49,7 @@ pub async fn backfill(args: BackfillArgs) -> ExitCode {
     let (from_ms, to_ms) = match (from_ms, to_ms) {
         (Ok(from), Ok(to)) => (from, to),
         (Err(e), _) | (_, Err(e)) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e:#}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -116,7 +117,7 @@ pub async fn backfill(args: BackfillArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -93,7 +94,7 @@ pub async fn offline(args: OfflineArgs) -> ExitCode {
         return match upgrade(&service, &pipeline, config, &offline).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("error: {e}");
+                eprintln!("error: {e:#}");
                 ExitCode::FAILURE
             }
         };
@@ -101,7 +102,7 @@ pub async fn offline(args: OfflineArgs) -> ExitCode {
     let mut table = match open(&service, &pipeline, config).await {
         Ok(table) => table,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e:#}");
             return ExitCode::FAILURE;
         }
     };
@@ -131,7 +132,7 @@ pub async fn offline(args: OfflineArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -141,19 +142,16 @@ async fn open(
     service: &ServiceConfig,
     pipeline: &PipelineConfig,
     config: &ConfigArgs,
-) -> Result<OfflineTable, String> {
+) -> anyhow::Result<OfflineTable> {
     let url = pipeline
         .sinks
         .offline
         .as_ref()
         .and_then(|o| o.url.as_ref())
         .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
-    let store = OfflineStore::open(url, config.root(), &service.offline.options)
-        .map_err(|e| e.to_string())?;
-    let location = store.table(&pipeline.name).map_err(|e| e.to_string())?;
-    OfflineTable::open_existing(location)
-        .await
-        .map_err(|e| e.to_string())
+    let store = OfflineStore::open(url, config.root(), &service.offline.options)?;
+    let location = store.table(&pipeline.name)?;
+    Ok(OfflineTable::open_existing(location).await?)
 }
 
 fn describe(count: FileCount) -> String {
@@ -180,8 +178,8 @@ async fn compact(
     offline: &crate::sink::delta::OfflineSinkConfig,
     older_than: Duration,
     target_bytes: u64,
-) -> Result<(), String> {
-    let files = table.active_files().await.map_err(|e| e.to_string())?;
+) -> anyhow::Result<()> {
+    let files = table.active_files().await?;
     let before = FileCount::of(&files);
     let groups = plan_compaction(
         &files,
@@ -206,17 +204,15 @@ async fn compact(
             crate::sink::delta::metadata_keys::PIPELINE.to_string(),
             "compacted".to_string(),
         )],
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let progress = bar(rewritten, "compacting");
     let version = table
         .compact(&groups, properties, |done| {
             progress.set_position(done as u64)
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     progress.finish_and_clear();
-    let after = FileCount::of(&table.active_files().await.map_err(|e| e.to_string())?);
+    let after = FileCount::of(&table.active_files().await?);
     println!(
         "compacted into version {version}: before {}, after {} (replaced files stay on storage until `offline vacuum`)",
         describe(before),
@@ -225,9 +221,9 @@ async fn compact(
     Ok(())
 }
 
-async fn vacuum(table: &mut OfflineTable, retain: Duration, dry_run: bool) -> Result<(), String> {
-    let before = table.stored_files().await.map_err(|e| e.to_string())?;
-    let active = FileCount::of(&table.active_files().await.map_err(|e| e.to_string())?);
+async fn vacuum(table: &mut OfflineTable, retain: Duration, dry_run: bool) -> anyhow::Result<()> {
+    let before = table.stored_files().await?;
+    let active = FileCount::of(&table.active_files().await?);
     println!(
         "{}: {} on storage, {} referenced by version {}",
         table.url(),
@@ -237,10 +233,7 @@ async fn vacuum(table: &mut OfflineTable, retain: Duration, dry_run: bool) -> Re
     );
     let progress = bar(0, "vacuuming");
     progress.enable_steady_tick(Duration::from_millis(200));
-    let deleted = table
-        .vacuum(retain, dry_run)
-        .await
-        .map_err(|e| e.to_string())?;
+    let deleted = table.vacuum(retain, dry_run).await?;
     progress.finish_and_clear();
     if dry_run {
         for path in &deleted {
@@ -249,7 +242,7 @@ async fn vacuum(table: &mut OfflineTable, retain: Duration, dry_run: bool) -> Re
         println!("dry run: {} files would be deleted", deleted.len());
         return Ok(());
     }
-    let after = table.stored_files().await.map_err(|e| e.to_string())?;
+    let after = table.stored_files().await?;
     println!(
         "vacuumed: {} deleted; before {}, after {}",
         deleted.len(),
@@ -264,37 +257,33 @@ async fn upgrade(
     pipeline: &PipelineConfig,
     config: &ConfigArgs,
     offline: &crate::sink::delta::OfflineSinkConfig,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let url = offline
         .url
         .as_ref()
         .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
-    let store = OfflineStore::open(url, config.root(), &service.offline.options)
-        .map_err(|e| e.to_string())?;
+    let store = OfflineStore::open(url, config.root(), &service.offline.options)?;
     let decoder = crate::schema::PayloadDecoder::new(
         pipeline.decoder_spec(),
-        crate::schema::SchemaRegistry::new(service.pulsar.admin().map_err(|e| e.to_string())?),
+        crate::schema::SchemaRegistry::new(service.pulsar.admin()?),
     )
-    .map_err(|e| format!("reader schema: {e}"))?;
+    .context("reader schema")?;
     let rows = crate::schema::TopicDecoders::new(decoder, Vec::new()).output_schema();
-    let spec = TableSpec::new(&store, &pipeline.name, &rows, &pipeline.event_time, offline)
-        .map_err(|e| e.to_string())?;
+    let spec = TableSpec::new(&store, &pipeline.name, &rows, &pipeline.event_time, offline)?;
     let properties = writer_properties(
         offline,
         vec![(
             crate::sink::delta::metadata_keys::PIPELINE.to_string(),
             pipeline.name.clone(),
         )],
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let progress = bar(0, "reading");
     let report = spec
         .upgrade(properties, |done, total| {
             progress.set_length(total as u64);
             progress.set_position(done as u64);
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     progress.finish_and_clear();
     println!(
         "{}: {} old-format files ({} bytes): {} rows converted{}, {} old files deleted, {} files of incomplete batches left for `offline vacuum`",
