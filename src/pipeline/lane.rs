@@ -299,31 +299,29 @@ impl Running {
             row_positions: decoded.row_messages,
         };
         self.gate.received(&batch.positions);
-        let last = self.handles.len().saturating_sub(1);
-        let mut batch = Some(batch);
-        for index in 0..self.handles.len() {
-            let copy = if index == last {
-                batch.take()
-            } else {
-                batch.clone()
-            };
-            let Some(copy) = copy else { break };
-            let sender = self.handles[index].batches.clone();
+        let mut copies = vec![batch.clone(); self.handles.len().saturating_sub(1)];
+        copies.push(batch);
+        let mut ended = None;
+        for (index, (handle, copy)) in self.handles.iter().zip(copies).enumerate() {
             let sent = tokio::select! {
                 biased;
                 () = self.lane.cancel.cancelled() => return Ok(false),
-                sent = sender.send(copy) => sent,
+                sent = handle.batches.send(copy) => sent,
             };
             if sent.is_err() {
-                // The sink's task ended: its report says why.
-                return match self.reports.as_mut() {
-                    Some(reports) => match reports.recv().await {
-                        Some(report) => self.on_report(report).await,
-                        None => Ok(false),
-                    },
-                    None => Ok(false),
-                };
+                ended = Some(index);
+                break;
             }
+        }
+        if let Some(index) = ended {
+            // A sink task reports why before it ends, so that report is waiting already.
+            if !self.drain_reports().await? {
+                return Ok(false);
+            }
+            return Err(self.sink_error(
+                index,
+                SinkError::fatal("its task ended without a report (it panicked)"),
+            ));
         }
         self.drain_reports().await
     }

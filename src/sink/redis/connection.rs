@@ -163,7 +163,7 @@ impl RedisConnection {
                     pipe.add_command(call.clone()).ignore();
                 }
                 match pipe.query_async::<()>(connection).await {
-                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    Err(e) if lacks_script(&e) => {
                         script.load_async(connection).await?;
                         pipe.query_async::<()>(connection).await
                     }
@@ -175,7 +175,7 @@ impl RedisConnection {
                     let mut connection = connection.clone();
                     async move {
                         match call.query_async::<i64>(&mut connection).await {
-                            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                            Err(e) if lacks_script(&e) => {
                                 script.load_async(&mut connection).await?;
                                 call.query_async::<i64>(&mut connection).await
                             }
@@ -187,4 +187,9 @@ impl RedisConnection {
             }
         }
     }
+}
+
+/// Redis answered `NOSCRIPT`: its script cache does not hold the script (yet, or any more).
+fn lacks_script(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }

@@ -19,11 +19,11 @@ use crate::source::MessagePosition;
 
 /// Latest-wins for many entities in one call, atomic per entity, so replicas and
 /// out-of-order events cannot overwrite newer values. KEYS: the entity keys. ARGV[1] TTL ms
-/// (> 0 expire, 0 persist an entity written before, < 0 leave); ARGV[2] time field; ARGV[3] its encoding (`ms` text
-/// or `pbts` protobuf Timestamp); then per key: event time ms, the time field's new value,
-/// number of field/value pairs s, number of fields to delete d, s pairs, d fields.
-/// Returns how many entities were written (the rest held newer values).
-pub(super) const LATEST_WINS_LUA: &str = r"
+/// (> 0 expire, 0 persist an entity written before, < 0 leave); ARGV[2] time field; ARGV[3]
+/// its encoding (`ms` text or `pbts` protobuf Timestamp); then per key: event time ms, the
+/// time field's new value, number of field/value pairs s, number of fields to delete d,
+/// s pairs, d fields. Returns how many entities were written (the rest held newer values).
+const LATEST_WINS_LUA: &str = r"
 local function pbts_ms(s)
   local i, seconds, nanos = 1, 0, 0
   while i <= #s do
