@@ -4,7 +4,6 @@
 //! offline sink could write, but nothing is acknowledged) and nothing is lost. The
 //! independent `per_sink` subscriptions are in `isolation.rs` and `redis_outage.rs`.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -69,8 +68,9 @@ async fn the_shared_subscription_acknowledges_nothing_while_redis_is_down() {
     let url = format!("redis://127.0.0.1:{port}");
     let project = Project::new(&url);
     let redis_dir = tempfile::tempdir().expect("redis dir");
-    let server = PrivateRedis::start(port, redis_dir.path());
-    wait_until("private redis", Duration::from_secs(10), || redis_up(&url)).await;
+    let server = PrivateRedis::start(port, redis_dir.path())
+        .ready(&url)
+        .await;
     project.pipeline(
         "so",
         "online:\n  key_prefix: so",
@@ -123,11 +123,9 @@ async fn the_shared_subscription_acknowledges_nothing_while_redis_is_down() {
         "nothing may be acknowledged while Redis is down"
     );
 
-    let _server = PrivateRedis::start(port, redis_dir.path());
-    wait_until("private redis back", Duration::from_secs(10), || {
-        redis_up(&url)
-    })
-    .await;
+    let _server = PrivateRedis::start(port, redis_dir.path())
+        .ready(&url)
+        .await;
     wait_drained(&topic, &["so"], Duration::from_secs(60)).await;
     let log = connector.log();
     assert_eq!(connector.stop(), 0, "{log}");
@@ -136,17 +134,6 @@ async fn the_shared_subscription_acknowledges_nothing_while_redis_is_down() {
     let mut redis = redis(&url).await;
     let keys: Vec<String> = redis.keys("so:so:*").await.expect("keys");
     assert_eq!(keys.len() as u64, ENTITIES);
-    for entity in 0..ENTITIES {
-        let stored: HashMap<String, Vec<u8>> = redis
-            .hgetall(format!("so:so:user-{entity}"))
-            .await
-            .expect("hgetall");
-        let newest = EVENTS - ENTITIES + entity;
-        assert_eq!(
-            stored.get("_ts"),
-            Some(&(BASE + newest as i64).to_string().into_bytes()),
-            "entity {entity}"
-        );
-    }
+    assert_newest_values_in(&url, "so", "so", EVENTS, ENTITIES).await;
     assert_eq!(unique_events(&store, "so").await, EVENTS as usize);
 }

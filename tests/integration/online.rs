@@ -179,13 +179,14 @@ async fn ttl_expires_and_reads_are_typed_through_get_and_http() {
 async fn redis_password_comes_from_env_and_a_wrong_one_fails_at_start() {
     let port = free_port();
     let dir = tempfile::tempdir().expect("dir");
+    let good = format!("redis://:s3cr3t-pw@127.0.0.1:{port}");
     let _server = PrivateRedis::start_with(
         port,
         dir.path(),
         &["--save", "", "--requirepass", "s3cr3t-pw"],
-    );
-    let good = format!("redis://:s3cr3t-pw@127.0.0.1:{port}");
-    wait_until("redis", Duration::from_secs(10), || redis_up(&good)).await;
+    )
+    .ready(&good)
+    .await;
 
     // The service file takes the password from the environment.
     let project = Project::new(&format!(
@@ -242,8 +243,9 @@ async fn redis_crash_mid_stream_loses_nothing() {
         "--appendfsync",
         "always",
     ];
-    let server = PrivateRedis::start_with(port, dir.path(), &durable);
-    wait_until("redis", Duration::from_secs(10), || redis_up(&url)).await;
+    let server = PrivateRedis::start_with(port, dir.path(), &durable)
+        .ready(&url)
+        .await;
     let project = Project::new(&url);
     std::fs::write(
         project.path().join("connectors/crash.yaml"),

@@ -18,8 +18,9 @@ async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {
     let url = format!("redis://127.0.0.1:{port}");
     let project = Project::new(&url);
     let redis_dir = tempfile::tempdir().expect("redis dir");
-    let server = PrivateRedis::start(port, redis_dir.path());
-    wait_until("private redis", Duration::from_secs(10), || redis_up(&url)).await;
+    let server = PrivateRedis::start(port, redis_dir.path())
+        .ready(&url)
+        .await;
 
     project.pipeline_with_delivery(
         "outage",
@@ -63,11 +64,9 @@ async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {
         .log()
         .contains("Redis write failed; nothing acknowledged, retrying"));
 
-    let _server = PrivateRedis::start(port, redis_dir.path());
-    wait_until("private redis back", Duration::from_secs(10), || {
-        redis_up(&url)
-    })
-    .await;
+    let _server = PrivateRedis::start(port, redis_dir.path())
+        .ready(&url)
+        .await;
     wait_drained(&topic, &["outage-online"], Duration::from_secs(60)).await;
 
     let mut redis = redis(&url).await;

@@ -669,6 +669,12 @@ impl PrivateRedis {
         Self { child }
     }
 
+    /// Waits until it answers at `url` (which may carry its password).
+    pub async fn ready(self, url: &str) -> Self {
+        wait_until("private redis", Duration::from_secs(10), || redis_up(url)).await;
+        self
+    }
+
     /// SIGKILL, as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();
@@ -697,7 +703,18 @@ pub const BASE: i64 = 1_791_000_000_000;
 /// For events `0..events` of `entities` entities (event i → entity i % entities, event time
 /// BASE + i), Redis holds each entity's newest one under the native layout.
 pub async fn assert_newest_values(prefix: &str, view: &str, events: u64, entities: u64) {
-    let mut redis = redis(&redis_url()).await;
+    assert_newest_values_in(&redis_url(), prefix, view, events, entities).await;
+}
+
+/// [`assert_newest_values`] in the Redis at `url`.
+pub async fn assert_newest_values_in(
+    url: &str,
+    prefix: &str,
+    view: &str,
+    events: u64,
+    entities: u64,
+) {
+    let mut redis = redis(url).await;
     for entity in 0..entities {
         let stored: HashMap<String, Vec<u8>> = redis
             .hgetall(format!("{prefix}:{view}:user-{entity}"))
