@@ -47,6 +47,11 @@ pub struct ScriptCalls<'a> {
 
 /// The entities of one future call. Keys must precede every argument in the command, so
 /// values are gathered here and the command is assembled when the chunk is full or done.
+///
+/// The call names its fields once: the first entity's set fields become the call's
+/// `fields`, and an entity that sets exactly those, in that order, sends only its values
+/// (a pipeline's rows mostly share their fields, so Redis parses a name per field per call
+/// instead of per entity). Any other entity sends field/value pairs.
 #[derive(Default)]
 struct Chunk {
     keys: Vec<u8>,
@@ -54,6 +59,8 @@ struct Chunk {
     entities: Vec<Entity>,
     args: Vec<u8>,
     arg_ends: Vec<usize>,
+    fields: Vec<u8>,
+    field_ends: Vec<usize>,
 }
 
 /// One entity of a chunk: its event time, its time value and field arguments in `args`.
@@ -61,8 +68,19 @@ struct Entity {
     event_time_ms: i64,
     sets: usize,
     deletes: usize,
+    /// Leading sets whose field is the call's field of the same index: only their values
+    /// are in `args`; pairs follow for the rest.
+    matched: usize,
+    /// Sets seen so far.
+    seen: usize,
     /// Index in `arg_ends` of the time value; its sets and deletes follow.
     first_arg: usize,
+}
+
+impl Entity {
+    fn uses_call_fields(&self, call_fields: usize) -> bool {
+        self.matched == self.sets && self.sets == call_fields
+    }
 }
 
 impl Chunk {
@@ -76,11 +94,44 @@ impl Chunk {
         &self.args[start..self.arg_ends[index]]
     }
 
+    fn field(&self, index: usize) -> &[u8] {
+        let start = index.checked_sub(1).map_or(0, |i| self.field_ends[i]);
+        &self.fields[start..self.field_ends[index]]
+    }
+
+    /// Files a set of the current entity: its value alone while its fields match the
+    /// call's (the first entity defines them), a field/value pair from the first mismatch on.
+    fn push_set(&mut self, field: &[u8], value: &[u8]) {
+        let defining = self.entities.len() == 1;
+        let Some(entity) = self.entities.last_mut() else {
+            return;
+        };
+        let index = entity.seen;
+        entity.seen += 1;
+        if entity.matched == index {
+            if defining {
+                self.fields.extend_from_slice(field);
+                self.field_ends.push(self.fields.len());
+            }
+            if index < self.field_ends.len() {
+                let start = index.checked_sub(1).map_or(0, |i| self.field_ends[i]);
+                if &self.fields[start..self.field_ends[index]] == field {
+                    entity.matched += 1;
+                    self.push_arg(value);
+                    return;
+                }
+            }
+        }
+        self.push_arg(field);
+        self.push_arg(value);
+    }
+
     fn command(&self, calls: &ScriptCalls<'_>) -> Cmd {
         let count = self.entities.len();
+        let call_fields = self.field_ends.len();
         let mut call = Cmd::with_capacity(
-            6 + count * 5 + self.arg_ends.len(),
-            64 + self.keys.len() + self.args.len() + count * 24,
+            7 + call_fields + count * 5 + self.arg_ends.len(),
+            64 + self.keys.len() + self.fields.len() + self.args.len() + count * 24,
         );
         call.arg("EVALSHA").arg(calls.hash).arg(count);
         let mut start = 0;
@@ -90,15 +141,33 @@ impl Chunk {
         }
         call.arg(calls.ttl_ms)
             .arg(calls.time_field)
-            .arg(calls.time_encoding);
+            .arg(calls.time_encoding)
+            .arg(call_fields);
+        for index in 0..call_fields {
+            call.arg(self.field(index));
+        }
         for entity in &self.entities {
             call.arg(entity.event_time_ms)
-                .arg(self.arg(entity.first_arg))
-                .arg(entity.sets)
-                .arg(entity.deletes);
-            let fields =
-                entity.first_arg + 1..entity.first_arg + 1 + 2 * entity.sets + entity.deletes;
-            for index in fields {
+                .arg(self.arg(entity.first_arg));
+            let mut next = entity.first_arg + 1;
+            if entity.uses_call_fields(call_fields) {
+                call.arg(-1).arg(entity.deletes);
+                for index in next..next + entity.sets {
+                    call.arg(self.arg(index));
+                }
+                next += entity.sets;
+            } else {
+                call.arg(entity.sets).arg(entity.deletes);
+                for index in 0..entity.matched {
+                    call.arg(self.field(index)).arg(self.arg(next + index));
+                }
+                next += entity.matched;
+                for index in next..next + 2 * (entity.sets - entity.matched) {
+                    call.arg(self.arg(index));
+                }
+                next += 2 * (entity.sets - entity.matched);
+            }
+            for index in next..next + entity.deletes {
                 call.arg(self.arg(index));
             }
         }
@@ -167,14 +236,15 @@ impl EntityWrites for ScriptCalls<'_> {
             event_time_ms,
             sets,
             deletes: 0,
+            matched: 0,
+            seen: 0,
             first_arg,
         });
     }
 
     fn set(&mut self, field: &[u8], value: &[u8]) {
         if let Some(chunk) = self.current_chunk() {
-            chunk.push_arg(field);
-            chunk.push_arg(value);
+            chunk.push_set(field, value);
         }
     }
 
@@ -228,41 +298,70 @@ mod tests {
     }
 
     #[test]
-    fn one_evalsha_for_many_entities_keys_first_in_the_scripts_argument_order() {
+    fn one_evalsha_for_many_entities_keys_first_fields_named_once() {
         let script = Script::new("return 1");
         let mut calls = ScriptCalls::new(&script, 60_000, b"_ts", "ms", false);
-        calls.entity(b"fc:users:a", 30, b"30", 1);
+        // The first entity names the call's fields.
+        calls.entity(b"fc:users:a", 30, b"30", 2);
         calls.set(b"vip", b"true");
-        calls.delete(b"ctr");
+        calls.set(b"ctr", b"0.1");
+        // Same fields in the same order, one deleted too: values only.
         calls.entity(b"fc:users:b", 40, b"40", 2);
         calls.set(b"vip", b"false");
         calls.set(b"ctr", b"0.5");
+        calls.delete(b"old");
+        // A null feature: fewer sets, so pairs (the matched prefix rebuilt from the names).
+        calls.entity(b"fc:users:c", 50, b"50", 1);
+        calls.set(b"vip", b"true");
+        calls.delete(b"ctr");
+        // Other fields: pairs.
+        calls.entity(b"fc:users:d", 60, b"60", 2);
+        calls.set(b"ctr", b"0.7");
+        calls.set(b"vip", b"false");
         let commands = calls.into_commands();
         assert_eq!(commands.len(), 1);
         let expected: Vec<&[u8]> = vec![
             b"EVALSHA",
             script.get_hash().as_bytes(),
-            b"2",
+            b"4",
             b"fc:users:a",
             b"fc:users:b",
+            b"fc:users:c",
+            b"fc:users:d",
             b"60000",
             b"_ts",
             b"ms",
+            b"2",
+            b"vip",
+            b"ctr",
             b"30",
             b"30",
+            b"-1",
+            b"0",
+            b"true",
+            b"0.1",
+            b"40",
+            b"40",
+            b"-1",
+            b"1",
+            b"false",
+            b"0.5",
+            b"old",
+            b"50",
+            b"50",
             b"1",
             b"1",
             b"vip",
             b"true",
             b"ctr",
-            b"40",
-            b"40",
+            b"60",
+            b"60",
             b"2",
             b"0",
+            b"ctr",
+            b"0.7",
             b"vip",
             b"false",
-            b"ctr",
-            b"0.5",
         ];
         assert_eq!(args(&commands[0]), expected);
     }

@@ -20,9 +20,11 @@ use crate::source::MessagePosition;
 /// Latest-wins for many entities in one call, atomic per entity, so replicas and
 /// out-of-order events cannot overwrite newer values. KEYS: the entity keys. ARGV[1] TTL ms
 /// (> 0 expire, 0 persist an entity written before, < 0 leave); ARGV[2] time field; ARGV[3]
-/// its encoding (`ms` text or `pbts` protobuf Timestamp); then per key: event time ms, the
-/// time field's new value, number of field/value pairs s, number of fields to delete d,
-/// s pairs, d fields. Returns how many entities were written (the rest held newer values).
+/// its encoding (`ms` text or `pbts` protobuf Timestamp); ARGV[4] the number n of the call's
+/// fields, then their n names; then per key: event time ms, the time field's new value,
+/// number of field/value pairs s, number of fields to delete d, then s pairs (or, when s is
+/// -1, the values of the call's n fields in order) and d fields. Returns how many entities
+/// were written (the rest held newer values).
 const LATEST_WINS_LUA: &str = r"
 local function pbts_ms(s)
   local i, seconds, nanos = 1, 0, 0
@@ -35,11 +37,15 @@ local function pbts_ms(s)
   return seconds * 1000 + math.floor(nanos / 1000000)
 end
 local ttl, time_field, pbts = tonumber(ARGV[1]), ARGV[2], ARGV[3] == 'pbts'
-local a, written = 4, 0
+local n = tonumber(ARGV[4])
+local common = {time_field, false}
+for i = 1, n do common[1 + 2 * i] = ARGV[4 + i] end
+local a, written = 5 + n, 0
 for k = 1, #KEYS do
   local key, at = KEYS[k], tonumber(ARGV[a])
   local sets, deletes = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local first_set, first_delete = a + 4, a + 4 + 2 * sets
+  local first_set = a + 4
+  local first_delete = first_set + (sets < 0 and n or 2 * sets)
   local stored, newer = redis.call('HGET', key, time_field), false
   if stored then
     local stored_ms
@@ -47,7 +53,13 @@ for k = 1, #KEYS do
     newer = stored_ms ~= nil and stored_ms > at
   end
   if not newer then
-    redis.call('HSET', key, time_field, ARGV[a + 1], unpack(ARGV, first_set, first_delete - 1))
+    if sets < 0 then
+      common[2] = ARGV[a + 1]
+      for i = 1, n do common[2 + 2 * i] = ARGV[first_set + i - 1] end
+      redis.call('HSET', key, unpack(common))
+    else
+      redis.call('HSET', key, time_field, ARGV[a + 1], unpack(ARGV, first_set, first_delete - 1))
+    end
     if deletes > 0 then redis.call('HDEL', key, unpack(ARGV, first_delete, first_delete + deletes - 1)) end
     if ttl > 0 then redis.call('PEXPIRE', key, ttl) elseif ttl == 0 and stored then redis.call('PERSIST', key) end
     written = written + 1
