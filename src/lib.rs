@@ -13,6 +13,7 @@ pub mod pipeline;
 pub mod record;
 pub mod retry;
 pub mod schema;
+pub mod secret;
 pub mod sink;
 pub mod source;
 pub mod yaml;

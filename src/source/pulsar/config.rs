@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::secret::non_empty;
 use crate::source::AckMode;
 use crate::yaml::{issue_at, ConfigIssue, Spanned};
 
@@ -66,26 +67,15 @@ pub enum CredentialError {
     Client(#[source] reqwest::Error),
 }
 
-fn non_empty(value: &Option<String>) -> Option<&str> {
-    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
-}
-
 impl PulsarServiceConfig {
-    /// The JWT to present, if any: `token`, else the contents of `token_file`.
+    /// The JWT to present, if any: `token`, else the contents of `token_file` (read at each
+    /// connect, so a rotated Secret is picked up).
     pub fn token(&self) -> Result<Option<String>, CredentialError> {
-        if let Some(token) = non_empty(&self.token) {
-            return Ok(Some(token.to_string()));
-        }
-        match non_empty(&self.token_file) {
-            Some(path) => std::fs::read_to_string(path)
-                .map(|token| Some(token.trim().to_string()))
-                .map_err(|source| CredentialError::ReadFile {
-                    key: "token_file",
-                    path: path.to_string(),
-                    source,
-                }),
-            None => Ok(None),
-        }
+        crate::secret::read(&self.token, &self.token_file).map_err(|e| CredentialError::ReadFile {
+            key: "token_file",
+            path: e.path,
+            source: e.source,
+        })
     }
 
     /// The CA certificate (PEM) to trust, if configured.
