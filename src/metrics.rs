@@ -36,6 +36,15 @@ pub struct DeadLetterLabels {
     pub reason: String,
 }
 
+/// Labels of feature-read request counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServingLabels {
+    /// `get-online-features`, `v1-features` or `other`.
+    pub endpoint: &'static str,
+    /// The HTTP status answered (`200`, `401`, `413`, `429`, …).
+    pub code: u16,
+}
+
 /// Labels of per-pipeline metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
@@ -85,6 +94,9 @@ pub struct Metrics {
     pub freshness_event_time_seconds: Family<LaneLabels, Histogram>,
     /// Broker publish time → value acknowledged by the online store.
     pub freshness_publish_time_seconds: Family<LaneLabels, Histogram>,
+    /// Feature reads answered by the serving listener, by endpoint and status (refusals
+    /// included).
+    pub serving_requests: Family<ServingLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -224,8 +236,15 @@ impl Metrics {
             "Time a sink took to take a batch, retries included",
             sink_write_seconds.clone(),
         );
+        let serving_requests = Family::<ServingLabels, Counter>::default();
+        registry.register(
+            "serving_requests",
+            "Feature reads answered by the serving listener, by endpoint and HTTP status",
+            serving_requests.clone(),
+        );
         Self {
             registry,
+            serving_requests,
             freshness_event_time_seconds,
             freshness_publish_time_seconds,
             messages_received,

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
-use crate::config::PipelineConfig;
+use crate::config::{ConfigError, PipelineConfig, ServiceConfig};
+use crate::http::{ProbeState, Reads};
+use crate::sink::redis::{OnlineReader, OnlineView};
 
 /// Runs all pipelines until SIGTERM/SIGINT, then drains within the shutdown deadline.
 pub async fn run(args: ConfigArgs) -> ExitCode {
@@ -17,43 +19,59 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    let file = ServiceConfig::file(args.config.as_deref());
+    let views: Vec<OnlineView> = pipelines
+        .iter()
+        .filter_map(PipelineConfig::online_view)
+        .collect();
+    let token = match serving_checks(&file, &service, &views) {
+        Ok(token) => token,
+        Err(e) => {
+            print_config_error(&e);
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let cancel = CancellationToken::new();
     let deadline = service.shutdown_timeout;
     let signals = tokio::spawn(wait_for_signal(cancel.clone()));
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let health = Arc::new(crate::health::Health::default());
-    let http = if service.http.bind.is_empty() {
-        None
-    } else {
-        let reader = if pipelines.iter().any(|p| p.sinks.online.is_some()) {
-            match crate::sink::redis::OnlineReader::connect(
-                &service.redis,
-                pipelines.iter().filter_map(PipelineConfig::online_view),
-            )
-            .await
-            {
-                Ok(reader) => Some(Arc::new(reader)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "online reads disabled: Redis not reachable at start");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let state = crate::http::AppState {
+    let mut listeners = Vec::new();
+    if !service.http.bind.is_empty() {
+        let state = ProbeState {
             metrics: metrics.clone(),
             health: health.clone(),
-            reader,
         };
-        match crate::http::serve(&service.http.bind, state, cancel.clone()).await {
-            Ok(task) => Some(task),
+        match crate::http::serve_probes(&service.http.bind, state, cancel.clone()).await {
+            Ok(task) => listeners.push(task),
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::FAILURE;
             }
         }
-    };
+    }
+    if views.is_empty() {
+        // Nothing to read: no listener, so that offline-only replicas on one host do not
+        // compete for the serving port.
+        tracing::info!("no pipeline has an online sink; feature reads are not served");
+    } else if !service.serving.bind.is_empty() {
+        let reads = online_reads(&service, views);
+        match crate::http::serve_reads(
+            &service.serving,
+            token,
+            reads,
+            metrics.clone(),
+            cancel.clone(),
+        )
+        .await
+        {
+            Ok(task) => listeners.push(task),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     tracing::info!(pipelines = pipelines.len(), "starting");
     let runtime = crate::pipeline::run(
         &service,
@@ -74,8 +92,8 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
     };
     signals.abort();
     cancel.cancel();
-    if let Some(http) = http {
-        let _ = http.await;
+    for listener in listeners {
+        let _ = listener.await;
     }
     match outcome {
         Ok(()) => {
@@ -86,6 +104,45 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
             tracing::error!(error = %e, "stopped with an error");
             eprintln!("error: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The serving section checked against the pipelines: the token reads must carry (`None`
+/// for an open loopback listener, or when nothing is served for lack of online views), or
+/// every problem (exit 2, like other config errors).
+fn serving_checks(
+    file: &std::path::Path,
+    service: &ServiceConfig,
+    views: &[OnlineView],
+) -> Result<Option<String>, ConfigError> {
+    let mut issues = crate::http::feature_service_issues(file, &service.serving, views);
+    let token = if views.is_empty() {
+        None
+    } else {
+        match crate::http::serving_token(file, &service.serving) {
+            Ok(token) => token,
+            Err(issue) => {
+                issues.push(issue);
+                None
+            }
+        }
+    };
+    if issues.is_empty() {
+        Ok(token)
+    } else {
+        Err(ConfigError { issues })
+    }
+}
+
+/// The reader behind the serving listener. Redis being down at start is no reason to stop:
+/// reads answer 503 until it is back, and connect again by themselves.
+fn online_reads(service: &ServiceConfig, views: Vec<OnlineView>) -> Reads {
+    match OnlineReader::new(&service.redis, views) {
+        Ok(reader) => Reads::Ready(Arc::new(reader)),
+        Err(e) => {
+            tracing::warn!(error = %e, "online reads disabled: the Redis client cannot be set up");
+            Reads::Unavailable(format!("the Redis client cannot be set up: {e}"))
         }
     }
 }

@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
+use crate::config::{ConfigError, PipelineConfig, ServiceConfig};
 use crate::pipeline::plan_lanes;
+use crate::sink::redis::OnlineView;
 use crate::source::pulsar::Delivery;
 
 /// What the pipeline's `delivery` gives and gives up, for `validate`.
@@ -18,6 +20,23 @@ fn delivery_trade_off(delivery: Delivery) -> &'static str {
 pub fn validate(args: &ConfigArgs) -> ExitCode {
     match args.load() {
         Ok((service, pipelines)) => {
+            let file = ServiceConfig::file(args.config.as_deref());
+            let views: Vec<OnlineView> = pipelines
+                .iter()
+                .filter_map(PipelineConfig::online_view)
+                .collect();
+            let issues = crate::http::feature_service_issues(&file, &service.serving, &views);
+            if !issues.is_empty() {
+                let error = ConfigError { issues };
+                print_config_error(&error);
+                eprintln!("{} problem(s) found", error.issues.len());
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            // Without online views nothing is served, so an open bind exposes nothing.
+            let warning = crate::http::unguarded_warning(&file, &service.serving);
+            if let Some(warning) = warning.filter(|_| !views.is_empty()) {
+                eprintln!("warning: {warning}");
+            }
             for pipeline in &pipelines {
                 println!(
                     "ok: {} ({}): topic {}, {} feature(s), {}",

@@ -3,10 +3,14 @@
 
 Usage:
     read_online.py --repo-dir DIR --redis HOST:PORT --project P --spec SPEC.json
+    read_online.py --repo-dir DIR --remote URL [--token-env VAR] --project P --spec SPEC.json
 
 Run it with the interpreter printed by scripts/feast_env.sh. It writes into DIR:
     feature_store.yaml   project P, registry DIR/data/registry.db, provider local,
-                         online_store redis (connection_string HOST:PORT),
+                         online_store redis (connection_string HOST:PORT), or with
+                         --remote: online_store remote (path URL, a Feast feature server
+                         or feature-connector's serving listener), and with --token-env
+                         auth {type: oidc, token_env_var: VAR} (a static bearer token),
                          entity_key_serialization_version 3
     feature_repo.py      Entities, one FileSource (a parquet that need not exist) and one
                          FeatureView per spec view
@@ -19,7 +23,9 @@ deleted, nothing in Redis is touched), runs each read and prints ONE JSON docume
                 "kinds":    [{"purchases_30d": "int64_val", ...}, ...],  # Value oneof arm read, or null
                 "statuses": [{"purchases_30d": "PRESENT", ...}, ...],    # PRESENT | NOT_FOUND | NULL_VALUE
                 "event_time_us": [1700000000123000, ...]}]}  # the row's _ts as Feast returns it
-                                                             # (0 when the hash has no _ts:<view>)
+                                                             # (0 when the hash has no _ts:<view>;
+                                                             # null when the response has none:
+                                                             # the remote store drops them)
 
 Values: null when missing, bytes as base64 strings, UnixTimestamp as epoch seconds, lists as
 lists, non-finite floats as the strings "NaN", "Infinity", "-Infinity". Feature names are
@@ -30,11 +36,17 @@ SPEC.json:
                 "entities": [{"name": "user", "join_key": "user_id", "dtype": "String"}],
                 "features": [{"name": "purchases_30d", "dtype": "Int64"}, ...],
                 "ttl_seconds": 0}],
+     "feature_services": [{"name": "ranking", "features": {"user_profile": ["purchases_30d"]}}],
      "read": [{"view": "user_profile", "features": ["purchases_30d"],
+               "entity_rows": [{"user_id": "user-1"}]},
+              {"feature_service": "ranking", "full_feature_names": true,
                "entity_rows": [{"user_id": "user-1"}]}]}
 dtypes: Int32 Int64 Float32 Float64 String Bool Bytes UnixTimestamp and Array(<one of those>).
 Join-key dtypes: String Int32 Int64 Bytes UnixTimestamp. "features" in a read defaults to all
 of the view's features. Bytes join-key values in entity_rows are given as base64 strings.
+A read names a "view" (and optionally "features") or a "feature_service" (rows then hold the
+service's features); "full_feature_names": true names row keys `view__feature`. A feature
+service lists, per view, its features (an empty list: all of the view's).
 """
 from __future__ import annotations
 
@@ -124,38 +136,60 @@ def parse_spec(spec: dict):
             "features": [{"name": f["name"], "dtype": f["dtype"]} for f in feats],
             "ttl_seconds": int(v.get("ttl_seconds") or 0),
         }
+    services: dict[str, list] = {}
+    for fs in spec.get("feature_services") or []:
+        name = check_name("feature service", fs.get("name"))
+        pairs = []
+        for view_name, feats in (fs.get("features") or {}).items():
+            if view_name not in views:
+                raise SpecError(f"feature service {name!r}: unknown view {view_name!r}")
+            known = [f["name"] for f in views[view_name]["features"]]
+            for f in feats or known:
+                if f not in known:
+                    raise SpecError(f"feature service {name!r}: unknown feature {view_name}:{f}")
+                pairs.append((view_name, f))
+        services[name] = pairs
     reads = spec.get("read") or []
     for r in reads:
+        if r.get("feature_service") is not None:
+            if r["feature_service"] not in services:
+                raise SpecError(f"read of unknown feature service {r['feature_service']!r}")
+            continue
         if r.get("view") not in views:
             raise SpecError(f"read of unknown view {r.get('view')!r}")
         known = {f["name"] for f in views[r["view"]]["features"]}
         for f in r.get("features") or []:
             if f not in known:
                 raise SpecError(f"read of unknown feature {r['view']}:{f}")
-    return entities, views, reads
+    return entities, views, services, reads
 
 
-def write_yaml(repo: Path, project: str, redis: str) -> None:
+def write_yaml(repo: Path, project: str, redis, remote=None, token_env=None) -> None:
     registry = repo / "data" / "registry.db"
+    if remote:
+        store = f"  type: remote\n  path: {json.dumps(remote)}\n"
+    else:
+        store = f"  type: redis\n  connection_string: {json.dumps(redis)}\n"
+    auth = f"auth:\n  type: oidc\n  token_env_var: {json.dumps(token_env)}\n" if token_env else ""
     text = (
         f"project: {json.dumps(project)}\n"
         f"registry: {json.dumps(str(registry))}\n"
         "provider: local\n"
         "online_store:\n"
-        "  type: redis\n"
-        f"  connection_string: {json.dumps(redis)}\n"
+        f"{store}"
+        f"{auth}"
         "entity_key_serialization_version: 3\n"
     )
     (repo / "feature_store.yaml").write_text(text)
 
 
-def write_repo_py(repo: Path, entities: dict, views: dict) -> Path:
+def write_repo_py(repo: Path, entities: dict, views: dict, services: dict) -> Path:
     data = repo / "data"
     lines = [
         "# Generated by tests/feast/read_online.py; overwritten on every run.",
         "from datetime import timedelta",
         "",
-        "from feast import Entity, FeatureView, Field, FileSource, ValueType",
+        "from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType",
         "from feast.types import Array, Bool, Bytes, Float32, Float64, Int32, Int64, String, UnixTimestamp",
         "",
         "ENTITIES = {}",
@@ -187,7 +221,14 @@ def write_repo_py(repo: Path, entities: dict, views: dict) -> Path:
             ")",
             "",
         ]
-    lines.append("OBJECTS = [*ENTITIES.values(), *VIEWS.values()]")
+    lines.append("SERVICES = {}")
+    for name, pairs in services.items():
+        per_view: dict[str, list] = {}
+        for view_name, f in pairs:
+            per_view.setdefault(view_name, []).append(f)
+        projections = ", ".join(f"VIEWS[{v!r}][{fs!r}]" for v, fs in per_view.items())
+        lines.append(f"SERVICES[{name!r}] = FeatureService(name={name!r}, features=[{projections}])")
+    lines.append("OBJECTS = [*ENTITIES.values(), *VIEWS.values(), *SERVICES.values()]")
     path = repo / "feature_repo.py"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -238,14 +279,17 @@ def to_json(v):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repo-dir", required=True, type=Path)
-    ap.add_argument("--redis", required=True, help="HOST:PORT")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--redis", help="HOST:PORT")
+    where.add_argument("--remote", help="URL of a feature server (online_store type remote)")
+    ap.add_argument("--token-env", help="environment variable holding the bearer token (with --remote)")
     ap.add_argument("--project", required=True)
     ap.add_argument("--spec", required=True, type=Path)
     args = ap.parse_args(argv)
 
     try:
         spec = json.loads(args.spec.read_text())
-        entities, views, reads = parse_spec(spec)
+        entities, views, services, reads = parse_spec(spec)
     except (OSError, ValueError, SpecError) as e:
         print(f"read_online.py: bad spec {args.spec}: {e}", file=sys.stderr)
         return 2
@@ -256,8 +300,8 @@ def main(argv=None) -> int:
 
     repo = args.repo_dir.resolve()
     (repo / "data").mkdir(parents=True, exist_ok=True)
-    write_yaml(repo, args.project, args.redis)
-    repo_py = write_repo_py(repo, entities, views)
+    write_yaml(repo, args.project, args.redis, args.remote, args.token_env)
+    repo_py = write_repo_py(repo, entities, views, services)
 
     # Keep stdout for the one JSON document: anything Feast prints goes to stderr.
     real_stdout = sys.stdout
@@ -273,16 +317,26 @@ def main(argv=None) -> int:
 
         out_reads = []
         for r in reads:
-            v = views[r["view"]]
-            feats = list(r.get("features") or [f["name"] for f in v["features"]])
+            full = bool(r.get("full_feature_names"))
+            if r.get("feature_service") is not None:
+                pairs = services[r["feature_service"]]
+                features_arg = store.get_feature_service(r["feature_service"])
+            else:
+                v = views[r["view"]]
+                pairs = [(v["name"], f) for f in (r.get("features") or [f["name"] for f in v["features"]])]
+                features_arg = [f"{view_name}:{f}" for view_name, f in pairs]
+            key_types = {}
+            for view_name, _ in pairs:
+                key_types.update(views[view_name]["join_keys"])
+            feats = [f"{view_name}__{f}" if full else f for view_name, f in pairs]
             rows_in = [
-                {k: entity_value(val, v["join_keys"].get(k, "String")) for k, val in row.items()}
+                {k: entity_value(val, key_types.get(k, "String")) for k, val in row.items()}
                 for row in r.get("entity_rows") or []
             ]
             resp = store.get_online_features(
-                features=[f"{v['name']}:{f}" for f in feats],
+                features=features_arg,
                 entity_rows=rows_in,
-                full_feature_names=False,
+                full_feature_names=full,
             )
             as_dict = resp.to_dict()
             proto = resp.proto
@@ -298,11 +352,13 @@ def main(argv=None) -> int:
                 for i in range(n):
                     kinds[i][name] = vec.values[i].WhichOneof("val")
                     statuses[i][name] = FieldStatus.Name(vec.statuses[i])
-                    if vec.statuses[i] != FieldStatus.NOT_FOUND and ts_us[i] is None:
+                    # The remote store's responses carry no event timestamps.
+                    if (vec.statuses[i] != FieldStatus.NOT_FOUND and ts_us[i] is None
+                            and i < len(vec.event_timestamps)):
                         t = vec.event_timestamps[i]
                         ts_us[i] = t.seconds * 1_000_000 + t.nanos // 1000
             out_reads.append({
-                "view": v["name"],
+                "view": r.get("view") or r["feature_service"],
                 "rows": rows,
                 "kinds": kinds,
                 "statuses": statuses,

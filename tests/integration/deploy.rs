@@ -81,13 +81,21 @@ deploy = next(d for d in docs if d["kind"] == "Deployment")
 sidecar = next(c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "feature-connector")
 dashboard = json.load(open(sys.argv[2]))
 exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+env = {e["name"]: e.get("value") for e in sidecar["env"]}
+compose = yaml.safe_load(open(sys.argv[3]))["services"]["connector"]
 print(json.dumps({"kinds": kinds, "args": sidecar["args"], "live": sidecar["livenessProbe"]["httpGet"]["path"],
-                  "ready": sidecar["readinessProbe"]["httpGet"]["path"], "exprs": exprs}))
+                  "ready": sidecar["readinessProbe"]["httpGet"]["path"], "exprs": exprs,
+                  "ports": [p["containerPort"] for p in sidecar["ports"]],
+                  "binds": [env.get("FC_HTTP_BIND"), env.get("FC_SERVING_BIND")],
+                  "compose_ports": compose.get("ports", []),
+                  "compose_binds": [compose["environment"].get("FC_HTTP_BIND"),
+                                    compose["environment"].get("FC_SERVING_BIND")]}))
 "#;
     let output = Command::new(python)
         .args(["-c", script])
         .arg(repo("deploy/kubernetes/sidecar.yaml"))
         .arg(repo("deploy/grafana-dashboard.json"))
+        .arg(repo("docker-compose.yml"))
         .output()
         .expect("python");
     assert!(
@@ -105,6 +113,20 @@ print(json.dumps({"kinds": kinds, "args": sidecar["args"], "live": sidecar["live
         (found["live"].as_str(), found["ready"].as_str()),
         (Some("/healthz"), Some("/readyz"))
     );
+    // Probes and metrics are exposed; feature reads stay on the pod's (container's) loopback.
+    assert_eq!(found["ports"], serde_json::json!([9464]));
+    assert_eq!(
+        found["binds"],
+        serde_json::json!(["0.0.0.0:9464", "127.0.0.1:6566"])
+    );
+    assert_eq!(found["compose_ports"], serde_json::json!(["9464:9464"]));
+    assert_eq!(
+        found["compose_binds"],
+        serde_json::json!(["0.0.0.0:9464", "127.0.0.1:6566"])
+    );
+    assert!(feature_connector::config::is_loopback_bind(
+        found["binds"][1].as_str().unwrap_or_default()
+    ));
 
     // Every metric the dashboard queries is one the connector exports.
     let metrics = feature_connector::metrics::Metrics::new();

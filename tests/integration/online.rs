@@ -131,7 +131,7 @@ async fn ttl_expires_and_reads_are_typed_through_get_and_http() {
         })
     );
     let (status, body) = project
-        .http_get("/v1/features/ttl?user_id=user-1&user_id=nobody&features=sessions_7d")
+        .serving_get("/v1/features/ttl?user_id=user-1&user_id=nobody&features=sessions_7d")
         .await
         .expect("http");
     assert_eq!(status, 200, "{body}");
@@ -142,7 +142,7 @@ async fn ttl_expires_and_reads_are_typed_through_get_and_http() {
     );
     assert_eq!(body["results"][1]["found"], serde_json::json!(false));
     let response = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{}/v1/features/ttl", project.http_port))
+        .post(project.serving_url("/v1/features/ttl"))
         .json(&serde_json::json!({"entities": [{"user_id": "user-2"}], "features": ["purchases_30d"]}))
         .send()
         .await
@@ -153,12 +153,12 @@ async fn ttl_expires_and_reads_are_typed_through_get_and_http() {
         serde_json::json!(92 * 3)
     );
     let (status, _) = project
-        .http_get("/v1/features/ttl?user_id=user-1&features=nope")
+        .serving_get("/v1/features/ttl?user_id=user-1&features=nope")
         .await
         .expect("http");
     assert_eq!(status, 400);
     let (status, _) = project
-        .http_get("/v1/features/nope?user_id=1")
+        .serving_get("/v1/features/nope?user_id=1")
         .await
         .expect("http");
     assert_eq!(status, 404);

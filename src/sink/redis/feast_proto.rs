@@ -154,8 +154,14 @@ pub fn decode_timestamp(bytes: &[u8]) -> Option<i64> {
 }
 
 /// A `feast.types.Value` as JSON (bytes as base64, timestamps as epoch seconds); `null` for
-/// bytes that are not one.
+/// bytes that are not one, and for NaN and infinities (JSON has no number for them).
 pub fn decode_value(bytes: &[u8]) -> serde_json::Value {
+    decode_value_with(bytes, serde_json::Value::from)
+}
+
+/// [`decode_value`] with each float and double (lists' items too, widened to `f64`) turned
+/// into JSON by `float`: Feast's feature server writes NaN and infinities as strings.
+pub fn decode_value_with(bytes: &[u8], float: fn(f64) -> serde_json::Value) -> serde_json::Value {
     use base64::Engine;
     use serde_json::Value as J;
     let b64 = |b: &[u8]| J::String(base64::engine::general_purpose::STANDARD.encode(b));
@@ -167,8 +173,8 @@ pub fn decode_value(bytes: &[u8]) -> serde_json::Value {
         Val::String(s) => J::String(s),
         Val::Int32(n) => J::from(n),
         Val::Int64(n) | Val::UnixTimestamp(n) => J::from(n),
-        Val::Double(x) => J::from(x),
-        Val::Float(x) => J::from(f64::from(x)),
+        Val::Double(x) => float(x),
+        Val::Float(x) => float(f64::from(x)),
         Val::Bool(b) => J::Bool(b),
         Val::BytesList(l) => J::Array(l.val.iter().map(|b| b64(b)).collect()),
         Val::StringList(l) => J::Array(l.val.into_iter().map(J::String).collect()),
@@ -176,8 +182,8 @@ pub fn decode_value(bytes: &[u8]) -> serde_json::Value {
         Val::Int64List(l) | Val::UnixTimestampList(l) => {
             J::Array(l.val.into_iter().map(J::from).collect())
         }
-        Val::DoubleList(l) => J::Array(l.val.into_iter().map(J::from).collect()),
-        Val::FloatList(l) => J::Array(l.val.into_iter().map(|x| J::from(f64::from(x))).collect()),
+        Val::DoubleList(l) => J::Array(l.val.into_iter().map(float).collect()),
+        Val::FloatList(l) => J::Array(l.val.into_iter().map(|x| float(f64::from(x))).collect()),
         Val::BoolList(l) => J::Array(l.val.into_iter().map(J::Bool).collect()),
         Val::Null(_) => J::Null,
     }

@@ -10,6 +10,7 @@ mod layout;
 mod probe;
 mod reader;
 mod section;
+mod values;
 mod writer;
 
 pub use builder::RedisSinkBuilder;
@@ -18,6 +19,7 @@ pub use connection::{RedisClient, RedisConnection, RedisMode, RedisSetupError};
 pub use feast::supported as feast_supports;
 pub use layout::{entity_key, Layout, NativeLayout, EVENT_TIME_FIELD};
 pub use probe::RedisProbe;
-pub use reader::{OnlineReader, OnlineView, QueryError};
+pub use reader::{Found, Lookup, OnlineReader, OnlineView, QueryError};
 pub use section::overlapping_key_spaces;
+pub use values::ValueStyle;
 pub use writer::RedisSink;

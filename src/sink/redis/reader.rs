@@ -1,13 +1,17 @@
-//! Reading online features back: the `get` command and the HTTP `/v1/features` API.
+//! Reading online features back: the `get` command, `/v1/features` and Feast's
+//! `/get-online-features`. One lookup serves them all: per view, the entities' join key
+//! values and the features asked, read with one `HMGET` per entity, every view of a request
+//! in one pipelined round trip.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use arrow::datatypes::DataType;
-use base64::Engine;
 use serde_json::{json, Map, Value};
 
 use super::feast;
 use super::layout::{entity_key, EVENT_TIME_FIELD};
+use super::values::{decode, ValueStyle};
 use super::{LayoutKind, RedisClient, RedisConnection, RedisServiceConfig};
 
 /// A query that cannot be answered.
@@ -72,6 +76,9 @@ pub struct OnlineView {
     pub layout: LayoutKind,
     /// Feast project of the Feast layout.
     pub project: String,
+    /// The sink's `online.ttl`: values whose event time is older are past their max age (a
+    /// hash whose expiry was refreshed by a late event can hold such values).
+    pub ttl: Option<Duration>,
 }
 
 impl OnlineView {
@@ -106,171 +113,276 @@ impl OnlineView {
                 .feast_project
                 .clone()
                 .unwrap_or_else(|| name.to_string()),
+            ttl: online.ttl,
+        }
+    }
+
+    /// The position of feature `name` in [`OnlineView::features`].
+    pub fn feature_index(&self, name: &str) -> Result<usize, QueryError> {
+        self.features
+            .iter()
+            .position(|(f, _)| f == name)
+            .ok_or_else(|| QueryError::UnknownFeature {
+                view: self.name.clone(),
+                feature: name.to_string(),
+            })
+    }
+
+    /// The view's join keys, comma-separated, for messages.
+    pub fn key_names(&self) -> String {
+        let names: Vec<&str> = self.keys.iter().map(|(k, _)| k.as_str()).collect();
+        names.join(", ")
+    }
+
+    /// Feature `feature` (an index into [`OnlineView::features`]) stored as `raw`, as JSON.
+    pub fn decode(&self, feature: usize, raw: &[u8], style: ValueStyle) -> Value {
+        let data_type = self
+            .features
+            .get(feature)
+            .map_or(&DataType::Utf8, |(_, t)| t);
+        decode(self.layout, data_type, raw, style)
+    }
+
+    /// The Redis key of an entity whose join key values are given as text, in key order.
+    fn redis_key(&self, values: &[String]) -> Result<Vec<u8>, QueryError> {
+        match self.layout {
+            LayoutKind::Native => Ok(entity_key(&self.prefix, &self.name, values).into_bytes()),
+            LayoutKind::Feast => {
+                let typed: Vec<(String, String, DataType)> = self
+                    .keys
+                    .iter()
+                    .zip(values)
+                    .map(|((name, data_type), value)| {
+                        (name.clone(), value.clone(), data_type.clone())
+                    })
+                    .collect();
+                feast::key_from_text(&self.project, &typed).map_err(|reason| QueryError::BadKey {
+                    view: self.name.clone(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// The hash field holding the event time.
+    fn time_field(&self) -> Vec<u8> {
+        match self.layout {
+            LayoutKind::Native => EVENT_TIME_FIELD.as_bytes().to_vec(),
+            LayoutKind::Feast => format!("_ts:{}", self.name).into_bytes(),
+        }
+    }
+
+    fn feature_field(&self, feature: usize) -> Vec<u8> {
+        let name = self.features.get(feature).map_or("", |(f, _)| f.as_str());
+        match self.layout {
+            LayoutKind::Native => name.as_bytes().to_vec(),
+            LayoutKind::Feast => feast::field_hash(&self.name, name).to_vec(),
+        }
+    }
+
+    /// Epoch ms of the stored event time field.
+    fn event_time(&self, raw: &[u8]) -> Option<i64> {
+        match self.layout {
+            LayoutKind::Native => std::str::from_utf8(raw).ok()?.parse::<i64>().ok(),
+            LayoutKind::Feast => feast::decode_timestamp(raw),
         }
     }
 }
 
-/// Reads feature values of online pipelines in the native layout, typed as JSON.
+/// One view's part of a read: the features asked and the entities to look up.
+#[derive(Debug, Clone)]
+pub struct Lookup<'a> {
+    /// The view.
+    pub view: &'a OnlineView,
+    /// Indices into the view's features, in the order the answer gives them.
+    pub features: Vec<usize>,
+    /// Per entity, its join key values as text, in the view's key order.
+    pub entities: Vec<Vec<String>>,
+}
+
+/// What Redis holds for one entity of a [`Lookup`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// Event time of the stored values (epoch ms); `None` when Redis holds nothing for the
+    /// entity in this view (never written, or expired).
+    pub event_time_ms: Option<i64>,
+    /// Per feature asked, the stored bytes; `None` for a field not there (a null feature).
+    pub values: Vec<Option<Vec<u8>>>,
+}
+
+/// Reads feature values of online pipelines, in either layout.
 pub struct OnlineReader {
-    connection: RedisConnection,
+    client: RedisClient,
+    /// The connection every read shares; dropped when it fails, so that the next read
+    /// connects again (Redis restarted, or was down when the reader was made).
+    connection: tokio::sync::Mutex<Option<RedisConnection>>,
     views: HashMap<String, OnlineView>,
 }
 
 impl OnlineReader {
-    /// Connects to Redis; answers for the `views` given.
-    pub async fn connect(
+    /// A reader for the `views` given that connects on its first read.
+    pub fn new(
         service: &RedisServiceConfig,
         views: impl IntoIterator<Item = OnlineView>,
     ) -> Result<Self, QueryError> {
         let client = RedisClient::open(service)?;
-        let connection = client.connect().await?;
         let views = views
             .into_iter()
             .map(|view| (view.name.clone(), view))
             .collect();
-        Ok(Self { connection, views })
+        Ok(Self {
+            client,
+            connection: tokio::sync::Mutex::new(None),
+            views,
+        })
     }
 
-    /// The features of each entity (`join key → value`), all or those named.
+    /// Like [`OnlineReader::new`], connected now (so that a wrong URL or password shows
+    /// at once).
+    pub async fn connect(
+        service: &RedisServiceConfig,
+        views: impl IntoIterator<Item = OnlineView>,
+    ) -> Result<Self, QueryError> {
+        let reader = Self::new(service, views)?;
+        reader.connection().await?;
+        Ok(reader)
+    }
+
+    async fn connection(&self) -> Result<RedisConnection, QueryError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            return Ok(connection.clone());
+        }
+        let connection = self.client.connect().await?;
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// The online view `name`.
+    pub fn view(&self, name: &str) -> Result<&OnlineView, QueryError> {
+        self.views
+            .get(name)
+            .ok_or_else(|| QueryError::UnknownView(name.to_string()))
+    }
+
+    /// Reads every lookup's entities in one round trip; the answer has one [`Found`] per
+    /// entity, per lookup, in order.
+    pub async fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Vec<Found>>, QueryError> {
+        let mut commands = Vec::with_capacity(lookups.iter().map(|l| l.entities.len()).sum());
+        for lookup in lookups {
+            let view = lookup.view;
+            let fields: Vec<Vec<u8>> = lookup
+                .features
+                .iter()
+                .map(|&f| view.feature_field(f))
+                .collect();
+            let time_field = view.time_field();
+            for entity in &lookup.entities {
+                let mut command = redis::cmd("HMGET");
+                command.arg(view.redis_key(entity)?).arg(&time_field);
+                for field in &fields {
+                    command.arg(field.as_slice());
+                }
+                commands.push(command);
+            }
+        }
+        let mut connection = self.connection().await?;
+        let rows: Vec<Vec<Option<Vec<u8>>>> = match connection.query_all(commands).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                    *self.connection.lock().await = None;
+                }
+                return Err(e.into());
+            }
+        };
+        let mut rows = rows.into_iter();
+        Ok(lookups
+            .iter()
+            .map(|lookup| {
+                rows.by_ref()
+                    .take(lookup.entities.len())
+                    .map(|row| {
+                        let mut values = row.into_iter();
+                        let event_time_ms = values
+                            .next()
+                            .flatten()
+                            .and_then(|raw| lookup.view.event_time(&raw));
+                        let mut values: Vec<Option<Vec<u8>>> = values.collect();
+                        values.resize(lookup.features.len(), None);
+                        Found {
+                            event_time_ms,
+                            values,
+                        }
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// The features of each entity (`join key → value`), all or those named, as `get` and
+    /// `/v1/features` print them: `{"entity", "found", "event_time_ms", "features"}`.
     pub async fn get(
         &self,
         view_name: &str,
         entities: &[HashMap<String, String>],
         wanted: Option<&[String]>,
     ) -> Result<Vec<Value>, QueryError> {
-        let view = self
-            .views
-            .get(view_name)
-            .ok_or_else(|| QueryError::UnknownView(view_name.to_string()))?;
-        let features: Vec<&(String, DataType)> = match wanted {
-            None => view.features.iter().collect(),
+        let view = self.view(view_name)?;
+        let features: Vec<usize> = match wanted {
+            None => (0..view.features.len()).collect(),
             Some(names) => names
                 .iter()
-                .map(|name| {
-                    view.features
-                        .iter()
-                        .find(|(f, _)| f == name)
-                        .ok_or_else(|| QueryError::UnknownFeature {
-                            view: view_name.to_string(),
-                            feature: name.clone(),
-                        })
-                })
+                .map(|name| view.feature_index(name))
                 .collect::<Result<_, _>>()?,
         };
-        let mut commands = Vec::with_capacity(entities.len());
-        for entity in entities {
-            let values = view
-                .keys
-                .iter()
-                .map(|(k, t)| {
-                    entity
-                        .get(k)
-                        .map(|v| (k.clone(), v.clone(), t.clone()))
-                        .ok_or_else(|| QueryError::MissingKey {
-                            view: view_name.to_string(),
-                            keys: view
-                                .keys
-                                .iter()
-                                .map(|(k, _)| k.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                            missing: k.clone(),
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut command = redis::cmd("HMGET");
-            match view.layout {
-                LayoutKind::Native => {
-                    let texts: Vec<String> = values.iter().map(|(_, v, _)| v.clone()).collect();
-                    command
-                        .arg(entity_key(&view.prefix, view_name, &texts))
-                        .arg(EVENT_TIME_FIELD);
-                    for (name, _) in &features {
-                        command.arg(name);
-                    }
-                }
-                LayoutKind::Feast => {
-                    let key = feast::key_from_text(&view.project, &values).map_err(|reason| {
-                        QueryError::BadKey {
-                            view: view_name.to_string(),
-                            reason,
-                        }
-                    })?;
-                    command.arg(key).arg(format!("_ts:{view_name}"));
-                    for (name, _) in &features {
-                        command.arg(feast::field_hash(view_name, name).as_slice());
-                    }
-                }
-            }
-            commands.push(command);
-        }
-        let mut connection = self.connection.clone();
-        let rows: Vec<Vec<Option<Vec<u8>>>> = connection.query_all(commands).await?;
-        Ok(rows
+        let keys = entities
+            .iter()
+            .map(|entity| {
+                view.keys
+                    .iter()
+                    .map(|(k, _)| {
+                        entity
+                            .get(k)
+                            .cloned()
+                            .ok_or_else(|| QueryError::MissingKey {
+                                view: view_name.to_string(),
+                                keys: view.key_names(),
+                                missing: k.clone(),
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let lookup = Lookup {
+            view,
+            features,
+            entities: keys,
+        };
+        let found = self
+            .lookup(std::slice::from_ref(&lookup))
+            .await?
+            .pop()
+            .unwrap_or_default();
+        Ok(found
             .into_iter()
             .zip(entities)
-            .map(|(row, entity)| {
-                let mut values = row.into_iter();
-                let event_time = values.next().flatten().and_then(|v| match view.layout {
-                    LayoutKind::Native => String::from_utf8(v).ok()?.parse::<i64>().ok(),
-                    LayoutKind::Feast => feast::decode_timestamp(&v),
-                });
+            .map(|(found, entity)| {
                 let mut out = Map::new();
-                for ((name, data_type), value) in features.iter().zip(values) {
-                    let decoded = value.map_or(Value::Null, |v| match view.layout {
-                        LayoutKind::Native => typed(data_type, v),
-                        LayoutKind::Feast => feast::decode_value(&v),
+                for (&feature, value) in lookup.features.iter().zip(found.values) {
+                    let decoded = value.map_or(Value::Null, |raw| {
+                        view.decode(feature, &raw, ValueStyle::Typed)
                     });
-                    out.insert(name.clone(), decoded);
+                    let name = view.features.get(feature).map_or("", |(f, _)| f.as_str());
+                    out.insert(name.to_string(), decoded);
                 }
                 json!({
                     "entity": entity,
-                    "found": event_time.is_some(),
-                    "event_time_ms": event_time,
+                    "found": found.event_time_ms.is_some(),
+                    "event_time_ms": found.event_time_ms,
                     "features": out,
                 })
             })
             .collect())
-    }
-}
-
-/// Native-layout text back to a JSON value of the feature's type.
-fn typed(data_type: &DataType, raw: Vec<u8>) -> Value {
-    if matches!(
-        data_type,
-        DataType::Binary | DataType::LargeBinary | DataType::FixedSizeBinary(_)
-    ) {
-        return Value::String(base64::engine::general_purpose::STANDARD.encode(raw));
-    }
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let number = |parsed: Option<Value>| parsed.unwrap_or_else(|| Value::String(text.clone()));
-    match data_type {
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => {
-            number(text.parse::<i64>().ok().map(Value::from))
-        }
-        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
-            number(text.parse::<u64>().ok().map(Value::from))
-        }
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => number(
-            text.parse::<f64>()
-                .ok()
-                .and_then(|f| serde_json::Number::from_f64(f).map(Value::Number)),
-        ),
-        DataType::Boolean => number(text.parse::<bool>().ok().map(Value::Bool)),
-        _ => Value::String(text),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_values_become_typed_json() {
-        assert_eq!(typed(&DataType::Int64, b"42".to_vec()), json!(42));
-        assert_eq!(typed(&DataType::Float32, b"0.5".to_vec()), json!(0.5));
-        assert_eq!(typed(&DataType::Boolean, b"true".to_vec()), json!(true));
-        assert_eq!(typed(&DataType::Utf8, b"x".to_vec()), json!("x"));
-        assert_eq!(typed(&DataType::Binary, vec![1, 2]), json!("AQI="));
     }
 }

@@ -46,6 +46,8 @@ pub struct Project {
     pub topic: String,
     /// Port of the connector's HTTP endpoint (health, metrics).
     pub http_port: u16,
+    /// Port of the connector's serving listener (feature reads).
+    pub serving_port: u16,
 }
 
 /// A TCP port nobody listens on right now.
@@ -68,8 +70,9 @@ impl Project {
         )
         .expect("copy schema");
         let http_port = free_port();
+        let serving_port = free_port();
         let config = format!(
-            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\noffline:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"${{FC_HTTP_BIND:-127.0.0.1:{http_port}}}\"\nshutdown_timeout: 20s\n",
+            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\noffline:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"${{FC_HTTP_BIND:-127.0.0.1:{http_port}}}\"\nserving:\n  bind: \"${{FC_SERVING_BIND:-127.0.0.1:{serving_port}}}\"\nshutdown_timeout: 20s\n",
             pulsar_url(),
             pulsar_admin(),
             s3_endpoint()
@@ -79,6 +82,7 @@ impl Project {
             dir,
             topic: format!("persistent://public/default/{}", unique("it")),
             http_port,
+            serving_port,
         }
     }
 
@@ -101,6 +105,27 @@ impl Project {
             .ok()?;
         let status = response.status().as_u16();
         Some((status, response.text().await.ok()?))
+    }
+
+    /// Adds lines (e.g. `  max_entities_per_request: 5`) to the service file's `serving:`
+    /// section.
+    pub fn serving_extra(&self, lines: &str) {
+        let path = self.path().join("config.yaml");
+        let config = std::fs::read_to_string(&path).expect("read config");
+        let config = config.replacen("serving:\n", &format!("serving:\n{lines}\n"), 1);
+        std::fs::write(path, config).expect("write config");
+    }
+
+    /// GET a path of the connector's serving listener: (status, body).
+    pub async fn serving_get(&self, path: &str) -> Option<(u16, String)> {
+        let response = reqwest::get(self.serving_url(path)).await.ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.ok()?))
+    }
+
+    /// `http://127.0.0.1:<serving port><path>`.
+    pub fn serving_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.serving_port)
     }
 
     pub fn path(&self) -> &Path {
@@ -177,8 +202,15 @@ impl Project {
     }
 
     /// A command of the binary on this project with extra environment variables.
+    ///
+    /// A second connector given its own `FC_HTTP_BIND` and no `FC_SERVING_BIND` serves no
+    /// feature reads: the project's serving port belongs to the first one.
     pub fn command_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut command = self.command(args);
+        let names: Vec<&str> = env.iter().map(|(k, _)| *k).collect();
+        if names.contains(&"FC_HTTP_BIND") && !names.contains(&"FC_SERVING_BIND") {
+            command.env("FC_SERVING_BIND", "");
+        }
         command.envs(env.iter().copied());
         command
     }
@@ -224,13 +256,13 @@ impl Project {
         self.start_with_env("run.log", &[])
     }
 
-    /// Starts `run` with extra environment variables, logging to `log_name`.
+    /// Starts `run` with extra environment variables (as [`Project::command_with_env`] sets
+    /// them), logging to `log_name`.
     pub fn start_with_env(&self, log_name: &str, env: &[(&str, &str)]) -> Connector {
         let log_path = self.path().join(log_name);
         let log = std::fs::File::create(&log_path).expect("log file");
         let child = self
-            .command(&["run"])
-            .envs(env.iter().copied())
+            .command_with_env(&["run"], env)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

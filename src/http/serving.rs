@@ -1,0 +1,124 @@
+//! The serving listener (`serving.bind`): online feature reads, Feast's
+//! `POST /get-online-features` and our `/v1/features/{view}`, behind the guard (bearer
+//! token, request slots) and the request limits. Apart from the probes so that kubelet and
+//! Prometheus can reach those without reaching feature values.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+use super::body::BodyLimits;
+use super::error::{self, ApiError};
+use super::guard::{self, Guard};
+use super::listener::{self, ConnectionLimits, HttpError};
+use super::{feast, features};
+use crate::config::ServingConfig;
+use crate::metrics::Metrics;
+use crate::sink::redis::OnlineReader;
+
+/// Whether online reads can be answered.
+pub enum Reads {
+    /// Through this reader.
+    Ready(Arc<OnlineReader>),
+    /// The reader could not start (why).
+    Unavailable(String),
+}
+
+/// What the read handlers share.
+#[derive(Clone)]
+pub struct ServingState {
+    reads: Arc<Reads>,
+    /// Body size and time.
+    pub body: BodyLimits,
+    /// Most entity rows in one request.
+    pub max_entities: usize,
+    /// Feature services by name (`view` or `view:feature` entries).
+    pub services: Arc<BTreeMap<String, Vec<String>>>,
+}
+
+impl ServingState {
+    /// The state for `config`'s limits and services, reading through `reads`.
+    pub fn new(config: &ServingConfig, reads: Reads) -> Self {
+        Self {
+            reads: Arc::new(reads),
+            body: BodyLimits {
+                max_bytes: config.max_body_bytes,
+                timeout: config.request_timeout,
+            },
+            max_entities: config.max_entities_per_request,
+            services: Arc::new(config.feature_services.clone()),
+        }
+    }
+
+    /// The reader, or why reads cannot be answered.
+    pub fn reader(&self) -> Result<&OnlineReader, ApiError> {
+        match self.reads.as_ref() {
+            Reads::Ready(reader) => Ok(reader),
+            Reads::Unavailable(why) => Err(ApiError::Unavailable(format!(
+                "online reads are unavailable: {why}"
+            ))),
+        }
+    }
+
+    /// At most `max_entities` rows, or the refusal.
+    pub fn check_entities(&self, count: usize) -> Result<(), ApiError> {
+        if count > self.max_entities {
+            return Err(ApiError::TooManyEntities {
+                count,
+                limit: self.max_entities,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The serving routes with their guard, without a listener (tests drive it directly).
+pub fn router(state: ServingState, guard: Guard) -> Router {
+    Router::new()
+        .route("/get-online-features", post(feast::get_online_features))
+        .route(
+            "/v1/features/{view}",
+            get(features::features_get).post(features::features_post),
+        )
+        .fallback(error::no_route)
+        .method_not_allowed_fallback(error::wrong_method)
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(guard),
+            guard::guard,
+        ))
+}
+
+/// Binds `config.bind` and serves feature reads until `cancel` fires; `token` (when set) is
+/// required of every request; answers are counted in `metrics`.
+pub async fn serve_reads(
+    config: &ServingConfig,
+    token: Option<String>,
+    reads: Reads,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, HttpError> {
+    let listener = listener::bind(&config.bind, "serving.bind").await?;
+    tracing::info!(
+        bind = %config.bind,
+        token = token.is_some(),
+        "feature reads listening (POST /get-online-features, /v1/features)"
+    );
+    let guard = Guard::new(
+        token,
+        config.max_concurrent_requests,
+        config.request_timeout,
+        metrics,
+    );
+    let router = router(ServingState::new(config, reads), guard);
+    // Connections beyond the requests in flight are idle keep-alives and clients between
+    // requests; four per slot leaves room for those without letting them grow unbounded.
+    let limits = ConnectionLimits {
+        header_timeout: config.request_timeout,
+        max_connections: config.max_concurrent_requests.saturating_mul(4),
+    };
+    Ok(listener::spawn(listener, router, limits, cancel))
+}
