@@ -1,7 +1,7 @@
 """Profiling aid: drain an already published bench topic (bench/run.py publishes one; or
 `feature-connector produce --root bench --pipeline bench --topic T --count N --entities 100000
 --zipf 1.1 --batch 100 --producers 4`) with the release connector on a new subscription, from
-empty Redis keys, and print one JSON line: wall time until every lane acknowledged, when the
+empty Redis keys, and print one JSON line: wall time until every lane acknowledged (its /metrics then in /tmp/drain-metrics.txt), when the
 online sink had written every row, events/s, CPU µs per event of the connector, redis-server
 and the broker (/proc), the connector's RSS peak and Redis's command counts.
 
@@ -11,7 +11,8 @@ environment: BENCH_ROLL (rollover_rows), PERF=1 (perf record -g into /tmp/perf.d
 import json, os, subprocess, sys, time, urllib.request, tempfile, socket
 from pathlib import Path
 import redis
-ROOT = Path("/work/main"); BENCH = ROOT / "bench"; BIN = ROOT / "target/release/feature-connector"
+ROOT = Path(__file__).resolve().parents[1]; BENCH = ROOT / "bench"; BIN = Path(os.environ.get("FC_BIN", ROOT / "target/release/feature-connector"))
+STATE = Path(os.environ.get("FC_STATE_DIR", ROOT / ".services"))
 ADMIN = os.environ.get("PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
 TICKS = os.sysconf("SC_CLK_TCK")
 def cpu(pid):
@@ -27,7 +28,7 @@ topic, events, sub, delivery = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.a
 queue = sys.argv[5] if len(sys.argv) > 5 else None
 r = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379"))
 for k in r.scan_iter("bench:*", count=10000): r.unlink(k)
-rpid = r.info("server")["process_id"]; bpid = int((ROOT / ".services/pulsar.pid").read_text())
+rpid = r.info("server")["process_id"]; bpid = int((STATE / "pulsar.pid").read_text())
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
 off = tempfile.mkdtemp(prefix="drain-offline-")
 env = dict(os.environ, BENCH_TOPIC=topic, BENCH_SUBSCRIPTION=sub, BENCH_DELIVERY=delivery,
@@ -54,7 +55,9 @@ while True:
     if all(b == 0 for b in bl): break
     if p.poll() is not None: sys.exit("connector died, see /tmp/drain-connector.log")
     time.sleep(0.1)
-wall = time.time() - t0; cc = cpu(p.pid) - c0; rc = cpu(rpid) - r0; bc = cpu(bpid) - b0
+wall = time.time() - t0; cc = cpu(p.pid) - c0
+# The connector's own histograms (batch sizes, sink write times), for reading afterwards.
+Path("/tmp/drain-metrics.txt").write_text(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()); rc = cpu(rpid) - r0; bc = cpu(bpid) - b0
 if perf: perf.send_signal(2); perf.wait()
 p.terminate(); p.wait()
 cmd1 = {k: v["calls"] for k, v in r.info("commandstats").items()}

@@ -5,9 +5,10 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::io::tcp::TcpSettings;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisResult, Script,
-    ServerErrorKind, TlsCertificates,
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisResult,
+    Script, ServerErrorKind, TlsCertificates,
 };
 use serde::Deserialize;
 
@@ -75,13 +76,20 @@ impl RedisClient {
             None => None,
         };
         let invalid = RedisSetupError::InvalidUrl;
+        // Nagle's algorithm would hold a pipelined write back until Redis acknowledged the
+        // previous one: the writer keeps several batches in flight on one connection.
+        let tcp = TcpSettings::default().set_nodelay(true);
         match service.mode {
             RedisMode::Standalone => {
+                let info = service
+                    .url
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(invalid)?
+                    .set_tcp_settings(tcp);
                 let client = match certificates {
-                    Some(certs) => {
-                        Client::build_with_tls(service.url.as_str(), certs).map_err(invalid)?
-                    }
-                    None => Client::open(service.url.as_str()).map_err(invalid)?,
+                    Some(certs) => Client::build_with_tls(info, certs).map_err(invalid)?,
+                    None => Client::open(info).map_err(invalid)?,
                 };
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(Duration::from_secs(5)))
@@ -96,6 +104,7 @@ impl RedisClient {
                     .filter(|s| !s.is_empty())
                     .collect();
                 let mut builder = ClusterClient::builder(nodes)
+                    .tcp_settings(tcp)
                     .connection_timeout(Duration::from_secs(5))
                     .response_timeout(service.response_timeout);
                 if let Some(certs) = certificates {
