@@ -93,7 +93,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|_| {
                 entry[partition] += 1;
                 MessagePosition {
-                    topic: format!("{topic}-partition-{partition}"),
+                    topic: format!("{topic}-partition-{partition}").into(),
                     offset: (1, entry[partition], -1),
                     entry_size: None,
                 }

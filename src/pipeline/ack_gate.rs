@@ -1,6 +1,8 @@
 //! Which messages a lane may acknowledge when it feeds several sinks: only those every sink
 //! has reported durable.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 
 use crate::source::{MessagePosition, Offset};
@@ -16,8 +18,11 @@ use crate::source::{MessagePosition, Offset};
 #[derive(Debug)]
 pub struct AckGate {
     sinks: usize,
-    owed: FxHashMap<String, FxHashMap<Offset, usize>>,
+    owed: FxHashMap<String, OwedInPartition>,
 }
+
+/// Per message of one partition, the sinks that do not have it durable yet.
+type OwedInPartition = FxHashMap<Offset, usize>;
 
 impl AckGate {
     /// A gate for a lane feeding `sinks` sinks.
@@ -34,7 +39,7 @@ impl AckGate {
             return;
         }
         for run in positions.chunk_by(|a, b| a.topic == b.topic) {
-            let topic = run[0].topic.as_str();
+            let topic = run[0].topic.as_ref();
             if !self.owed.contains_key(topic) {
                 self.owed.insert(topic.to_string(), FxHashMap::default());
             }
@@ -50,29 +55,34 @@ impl AckGate {
         if self.sinks <= 1 {
             return positions;
         }
-        positions
-            .into_iter()
-            .filter(|position| {
-                let Some(partition) = self.owed.get_mut(position.topic.as_str()) else {
-                    tracing::debug!(message_id = %position.display_id(), "a sink reported a message of a partition the lane does not wait for");
-                    return false;
-                };
-                match partition.get_mut(&position.offset) {
-                    Some(owed) if *owed > 1 => {
-                        *owed -= 1;
-                        false
-                    }
-                    Some(_) => {
-                        partition.remove(&position.offset);
-                        true
-                    }
-                    None => {
-                        tracing::debug!(message_id = %position.display_id(), "a sink reported a message the lane does not wait for");
-                        false
-                    }
+        let mut released = Vec::with_capacity(positions.len());
+        // Positions come in runs of one partition sharing one name: look the partition up
+        // once per run.
+        let mut run: Option<(Arc<str>, Option<&mut OwedInPartition>)> = None;
+        for position in positions {
+            if !run
+                .as_ref()
+                .is_some_and(|(topic, _)| Arc::ptr_eq(topic, &position.topic))
+            {
+                let owed = self.owed.get_mut(position.topic.as_ref());
+                run = Some((position.topic.clone(), owed));
+            }
+            let Some((_, Some(partition))) = run.as_mut() else {
+                tracing::debug!(message_id = %position.display_id(), "a sink reported a message of a partition the lane does not wait for");
+                continue;
+            };
+            match partition.get_mut(&position.offset) {
+                Some(owed) if *owed > 1 => *owed -= 1,
+                Some(_) => {
+                    partition.remove(&position.offset);
+                    released.push(position);
                 }
-            })
-            .collect()
+                None => {
+                    tracing::debug!(message_id = %position.display_id(), "a sink reported a message the lane does not wait for");
+                }
+            }
+        }
+        released
     }
 
     /// Messages some sink does not have durable yet.

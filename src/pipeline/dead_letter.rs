@@ -102,7 +102,7 @@ impl DeadLetter {
                 .with_property("reason", failure.reason.as_str())
                 .with_property("reason_detail", failure.detail.clone())
                 .with_property("pipeline", self.pipeline.clone())
-                .with_property("original_topic", message.position.topic.clone())
+                .with_property("original_topic", message.position.topic.to_string())
                 .with_property("original_message_id", message.position.display_id())
                 .with_property(
                     "schema_version",

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use self::position::{MessagePosition, Offset};
+pub use self::position::{MessagePosition, Offset, StreamNames};
 pub use self::pulsar::SourceError;
 
 /// One message as it came off the topic.

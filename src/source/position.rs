@@ -2,6 +2,8 @@
 //! topic partition) and an ordered offset. Sinks store, compare and hand back positions
 //! without knowing which source made them; only the source turns them into its own ids.
 
+use std::sync::Arc;
+
 /// Ordered coordinates of a message within its stream: segment, entry within the segment,
 /// and index within the entry (-1 when the entry holds a single message). A new segment
 /// starts at entry 0. For Pulsar: ledger, entry, index in the producer batch.
@@ -10,8 +12,9 @@ pub type Offset = (u64, u64, i32);
 /// One message's place in its source: enough to acknowledge it later without keeping it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MessagePosition {
-    /// The stream (topic partition) it came from.
-    pub topic: String,
+    /// The stream (topic partition) it came from; shared by the positions of one stream
+    /// (see [`StreamNames`]), since every message carries it through every sink.
+    pub topic: Arc<str>,
     /// Its offset in the stream.
     pub offset: Offset,
     /// Messages in its entry, when the entry holds several (the source acknowledges whole
@@ -36,6 +39,24 @@ impl MessagePosition {
     }
 }
 
+/// Hands out one shared name per stream, so that a message's position costs no allocation.
+#[derive(Debug, Default)]
+pub struct StreamNames {
+    known: Vec<Arc<str>>,
+}
+
+impl StreamNames {
+    /// The shared name of `topic` (a source reads a handful of partitions: a scan is enough).
+    pub fn name(&mut self, topic: &str) -> Arc<str> {
+        if let Some(known) = self.known.iter().find(|known| known.as_ref() == topic) {
+            return known.clone();
+        }
+        let name: Arc<str> = Arc::from(topic);
+        self.known.push(name.clone());
+        name
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +72,15 @@ mod tests {
         assert!(!at(0, Some(3)).completes_entry());
         assert!(at(2, Some(3)).completes_entry());
         assert_eq!(at(2, Some(3)).display_id(), "1:2:2");
+    }
+
+    #[test]
+    fn one_name_per_stream() {
+        let mut names = StreamNames::default();
+        let a = names.name("t-partition-0");
+        let b = names.name("t-partition-1");
+        assert!(Arc::ptr_eq(&a, &names.name("t-partition-0")));
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(b.as_ref(), "t-partition-1");
     }
 }

@@ -76,7 +76,7 @@ impl Buffered {
             .iter()
             .map(|position| {
                 let last = match partition {
-                    Some((topic, last)) if topic == position.topic => last,
+                    Some((topic, last)) if topic == position.topic.as_ref() => last,
                     _ => {
                         let last = held.get(&position.topic);
                         partition = Some((&position.topic, last));
@@ -164,10 +164,10 @@ impl Rollover {
         while index < incoming.positions.len() {
             let position = &incoming.positions[index];
             let key = message_key(position);
-            match self.newest.get_mut(position.topic.as_str()) {
+            match self.newest.get_mut(position.topic.as_ref()) {
                 Some(newest) if key > *newest => *newest = key,
                 None => {
-                    self.newest.insert(position.topic.clone(), key);
+                    self.newest.insert(position.topic.to_string(), key);
                 }
                 Some(_) => {
                     let topic = position.topic.clone();
@@ -185,7 +185,7 @@ impl Rollover {
                         .collect();
                     rewound += incoming.retain(&keep)?;
                     index = keep[..index].iter().filter(|k| **k).count();
-                    self.newest.insert(topic, key);
+                    self.newest.insert(topic.to_string(), key);
                 }
             }
             index += 1;
@@ -229,7 +229,7 @@ impl Rollover {
         let mut by_partition: BTreeMap<&str, Vec<&MessagePosition>> = BTreeMap::new();
         for position in self.batches.iter().flat_map(|b| b.positions.iter()) {
             by_partition
-                .entry(position.topic.as_str())
+                .entry(position.topic.as_ref())
                 .or_default()
                 .push(position);
         }
@@ -286,7 +286,10 @@ impl Rollover {
             let within: Vec<bool> = batch
                 .positions
                 .iter()
-                .map(|p| cuts.get(&p.topic).is_some_and(|cut| message_key(p) <= *cut))
+                .map(|p| {
+                    cuts.get(p.topic.as_ref())
+                        .is_some_and(|cut| message_key(p) <= *cut)
+                })
                 .collect();
             if within.iter().all(|w| *w) {
                 taken.batches.push(batch);
@@ -312,26 +315,31 @@ impl Rollover {
     /// Per topic partition, the key a commit of this rollover records (its newest message,
     /// standing for its whole entry when it completes it).
     pub fn commit_keys(&self) -> BTreeMap<String, MessageKey> {
-        let mut keys: BTreeMap<String, MessageKey> = BTreeMap::new();
+        let mut keys: BTreeMap<&str, MessageKey> = BTreeMap::new();
         for position in self.positions() {
             let key = commit_key(position);
-            let entry = keys.entry(position.topic.clone()).or_insert(key);
+            let entry = keys.entry(position.topic.as_ref()).or_insert(key);
             *entry = (*entry).max(key);
         }
-        keys
+        keys.into_iter()
+            .map(|(topic, key)| (topic.to_string(), key))
+            .collect()
     }
 
     /// Per topic partition, `[first, last]` message id, as JSON (file metadata).
     pub fn ranges_json(&self) -> String {
-        let mut ranges: BTreeMap<&str, (String, String)> = BTreeMap::new();
+        let mut ranges: BTreeMap<&str, (&MessagePosition, &MessagePosition)> = BTreeMap::new();
         for position in self.positions() {
-            let id = position.display_id();
             ranges
-                .entry(position.topic.as_str())
-                .and_modify(|r| r.1 = id.clone())
-                .or_insert_with(|| (id.clone(), id));
+                .entry(position.topic.as_ref())
+                .and_modify(|r| r.1 = position)
+                .or_insert((position, position));
         }
-        serde_json::to_string(&ranges).unwrap_or_default()
+        let ids: BTreeMap<&str, (String, String)> = ranges
+            .into_iter()
+            .map(|(topic, (first, last))| (topic, (first.display_id(), last.display_id())))
+            .collect();
+        serde_json::to_string(&ids).unwrap_or_default()
     }
 
     /// Puts back what [`Rollover::split`] took (its commit did not land).

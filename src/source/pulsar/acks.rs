@@ -30,7 +30,7 @@ pub fn acks_for(durable: &[MessagePosition], mode: AckMode) -> Vec<AckTarget<'_>
         AckMode::Cumulative => {
             let mut newest: BTreeMap<&str, &MessagePosition> = BTreeMap::new();
             for position in durable.iter().filter(|p| p.completes_entry()) {
-                newest.insert(position.topic.as_str(), position);
+                newest.insert(position.topic.as_ref(), position);
             }
             newest.into_values().map(AckTarget::Cumulative).collect()
         }

@@ -6,6 +6,7 @@ mod config;
 mod reader;
 mod topic;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,7 +25,7 @@ pub use config::{
 pub use reader::{PublishRange, PulsarReaderSource};
 pub use topic::{partitioned_topic, BadTopicName, TopicName};
 
-use super::{AckMode, MessagePosition, Source, SourceMessage};
+use super::{AckMode, MessagePosition, Source, SourceMessage, StreamNames};
 use crate::retry::{Backoff, Cancelled};
 use tokio_util::sync::CancellationToken;
 
@@ -71,7 +72,11 @@ const CLOSE_ATTEMPT: Duration = Duration::from_millis(200);
 
 /// The position of a received message (the offset is ledger, entry, batch index;
 /// `batch_size` the messages of its producer batch).
-pub fn position_of(topic: String, id: &MessageIdData, batch_size: Option<i32>) -> MessagePosition {
+pub fn position_of(
+    topic: Arc<str>,
+    id: &MessageIdData,
+    batch_size: Option<i32>,
+) -> MessagePosition {
     MessagePosition {
         topic,
         offset: (id.ledger_id, id.entry_id, id.batch_index.unwrap_or(-1)),
@@ -145,6 +150,7 @@ pub struct PulsarSource {
     receiver_queue_size: u32,
     ack_mode: AckMode,
     consumer: Option<Consumer<Vec<u8>, TokioExecutor>>,
+    names: StreamNames,
     cancel: CancellationToken,
 }
 
@@ -189,6 +195,7 @@ impl PulsarSource {
             receiver_queue_size: config.receiver_queue_size,
             ack_mode,
             consumer: None,
+            names: StreamNames::default(),
             cancel,
         };
         source.consumer = Some(source.build_consumer().await?);
@@ -297,7 +304,10 @@ impl PulsarSource {
     }
 
     /// A received message as the pipeline sees it.
-    pub fn message(message: pulsar::consumer::Message<Vec<u8>>) -> SourceMessage {
+    pub fn message(
+        message: pulsar::consumer::Message<Vec<u8>>,
+        names: &mut StreamNames,
+    ) -> SourceMessage {
         // Fields are moved out, not cloned: this runs once per message.
         let pulsar::consumer::Message {
             topic,
@@ -318,7 +328,7 @@ impl PulsarSource {
                 .into_iter()
                 .map(|kv| (kv.key, kv.value))
                 .collect(),
-            position: position_of(topic, &message_id.id, message_id.batch_size),
+            position: position_of(names.name(&topic), &message_id.id, message_id.batch_size),
             payload: payload.data,
         }
     }
@@ -345,7 +355,7 @@ impl Source for PulsarSource {
             match tokio::time::timeout_at(wait_until, consumer.next()).await {
                 Err(_elapsed) => break,
                 Ok(Some(Ok(message))) => {
-                    batch.push(Self::message(message));
+                    batch.push(Self::message(message, &mut self.names));
                     deadline.get_or_insert_with(|| tokio::time::Instant::now() + linger);
                 }
                 Ok(Some(Err(e))) => {

@@ -14,7 +14,7 @@ use pulsar::reader::Reader;
 use pulsar::{Pulsar, TokioExecutor};
 
 use super::{position_of, PulsarSource, SourceError};
-use crate::source::{MessagePosition, Offset};
+use crate::source::{MessagePosition, Offset, StreamNames};
 use crate::source::{Source, SourceMessage};
 
 /// Publish-time bounds of what a reader source hands on (epoch ms, inclusive).
@@ -41,6 +41,7 @@ pub struct PulsarReaderSource {
     current: Option<OpenPartition>,
     exhausted: bool,
     read: Arc<AtomicU64>,
+    names: StreamNames,
 }
 
 struct OpenPartition {
@@ -64,6 +65,7 @@ impl PulsarReaderSource {
             current: None,
             exhausted: false,
             read: Arc::new(AtomicU64::new(0)),
+            names: StreamNames::default(),
         }
     }
 
@@ -164,7 +166,11 @@ impl Source for PulsarReaderSource {
                 source,
             })?;
             let id = &message.message_id.id;
-            let position = position_of(message.topic.clone(), id, message.message_id.batch_size);
+            let position = position_of(
+                self.names.name(&message.topic),
+                id,
+                message.message_id.batch_size,
+            );
             let at_end = (id.ledger_id, id.entry_id) >= (open.last.ledger_id, open.last.entry_id)
                 && position.completes_entry();
             if self.handed.is_some_and(|handed| position.offset <= handed) {
@@ -182,7 +188,7 @@ impl Source for PulsarReaderSource {
             self.read.fetch_add(1, Ordering::Relaxed);
             self.handed = Some(position.offset);
             if self.range.from_ms.is_none_or(|from| published >= from) {
-                batch.push(PulsarSource::message(message));
+                batch.push(PulsarSource::message(message, &mut self.names));
             }
             if at_end {
                 self.finish_partition();
