@@ -3,7 +3,7 @@
 --zipf 1.1 --batch 100 --producers 4`) with the release connector on a new subscription, from
 empty Redis keys, and print one JSON line: wall time until every lane acknowledged (its /metrics then in /tmp/drain-metrics.txt), when the
 online sink had written every row, events/s, CPU µs per event of the connector, redis-server
-and the broker (/proc), the connector's RSS peak and Redis's command counts.
+and the broker (/proc), the connector's RSS peak, the Parquet bytes written and Redis's command counts.
 
 usage: drain.py TOPIC EVENTS SUBSCRIPTION shared|per_sink [RECEIVER_QUEUE]
 environment: BENCH_ROLL (rollover_rows), PERF=1 (perf record -g into /tmp/perf.data)
@@ -62,6 +62,8 @@ if perf: perf.send_signal(2); perf.wait()
 p.terminate(); p.wait()
 cmd1 = {k: v["calls"] for k, v in r.info("commandstats").items()}
 d = {k: cmd1[k] - cmd0.get(k, 0) for k in cmd1 if cmd1[k] - cmd0.get(k, 0) > 0}
+parquet = sum(f.stat().st_size for f in Path(off).rglob("*.parquet"))
+import shutil; shutil.rmtree(off, ignore_errors=True)
 print(json.dumps({"delivery": delivery, "queue": queue, "wall_s": round(wall, 2), "online_written_s": round(received_at or 0, 2), "events_per_s": round(events / wall),
                   "connector_cpu_us_ev": round(cc * 1e6 / events, 2), "redis_cpu_us_ev": round(rc * 1e6 / events, 2),
-                  "broker_cpu_us_ev": round(bc * 1e6 / events, 2), "rss_peak_mb": rss, "redis_cmds": d}))
+                  "broker_cpu_us_ev": round(bc * 1e6 / events, 2), "rss_peak_mb": rss, "parquet_mb": round(parquet / 1e6, 1), "redis_cmds": d}))

@@ -4,12 +4,14 @@
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Schema};
 use deltalake::kernel::Add;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{BlindDeltaTable, DeltaTableError};
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 
 use super::config::{Compression, OfflineSinkConfig};
 
@@ -49,6 +51,32 @@ pub fn writer_properties(
         .build())
 }
 
+/// Dictionary encoding pays for columns whose values repeat (keys, categories, counts);
+/// measured values and timestamps rarely repeat, so interning each of them cost CPU (about
+/// 7 % of the connector's in profiling round 5) for no smaller file.
+fn no_dictionary_for_continuous_values(
+    properties: WriterProperties,
+    schema: &Schema,
+) -> WriterProperties {
+    schema
+        .fields()
+        .iter()
+        .filter(|field| {
+            matches!(
+                field.data_type(),
+                DataType::Float16
+                    | DataType::Float32
+                    | DataType::Float64
+                    | DataType::Timestamp(_, _)
+                    | DataType::Date64
+            )
+        })
+        .fold(properties.into_builder(), |builder, field| {
+            builder.set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), false)
+        })
+        .build()
+}
+
 /// Writes `batches` (table rows, partition columns included) as new data files of `table`
 /// and returns their Add actions. Nothing is committed: files of a rollover whose commit never
 /// lands are never read, and `offline vacuum` deletes them.
@@ -60,6 +88,10 @@ pub async fn write_files(
     batches: Vec<RecordBatch>,
     properties: WriterProperties,
 ) -> Result<Vec<Add>, DeltaTableError> {
+    let properties = match batches.first() {
+        Some(batch) => no_dictionary_for_continuous_values(properties, batch.schema_ref()),
+        None => properties,
+    };
     let mut writer =
         RecordBatchWriter::for_blind_appends(table)?.with_writer_properties(properties);
     let runtime = tokio::runtime::Handle::current();
@@ -74,4 +106,32 @@ pub async fn write_files(
     })
     .await
     .map_err(|e| DeltaTableError::Generic(format!("Parquet encoder task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{Field, TimeUnit};
+
+    use super::*;
+
+    #[test]
+    fn dictionary_only_for_columns_whose_values_repeat() {
+        let schema = Schema::new(vec![
+            Field::new("country", DataType::Utf8, true),
+            Field::new("clicks", DataType::Int64, true),
+            Field::new("score", DataType::Float64, true),
+            Field::new(
+                "event_time",
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                false,
+            ),
+        ]);
+        let properties = WriterProperties::builder()
+            .set_dictionary_enabled(true)
+            .build();
+        let properties = no_dictionary_for_continuous_values(properties, &schema);
+        let enabled = |name: &str| properties.dictionary_enabled(&ColumnPath::from(name));
+        assert!(enabled("country") && enabled("clicks"));
+        assert!(!enabled("score") && !enabled("event_time"));
+    }
 }
