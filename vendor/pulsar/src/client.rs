@@ -573,6 +573,24 @@ impl<Exe: Executor> PulsarBuilder<Exe> {
         self
     }
 
+    /// feature-connector patch: present a client certificate in TLS connections (for
+    /// brokers that authenticate clients by certificate). `certificate_chain` is PEM, the
+    /// client's certificate first; `private_key` a PEM PKCS#8 key.
+    #[cfg_attr(feature = "telemetry", tracing::instrument(skip_all))]
+    pub fn with_client_certificate(mut self, certificate_chain: Vec<u8>, private_key: Vec<u8>) -> Self {
+        let identity = Some((certificate_chain, private_key));
+        match &mut self.tls_options {
+            Some(tls) => tls.client_certificate = identity,
+            None => {
+                self.tls_options = Some(TlsOptions {
+                    client_certificate: identity,
+                    ..Default::default()
+                })
+            }
+        }
+        self
+    }
+
     /// add a custom certificate chain from a file to authenticate the server in TLS connections
     #[cfg_attr(feature = "telemetry", tracing::instrument(skip_all))]
     pub fn with_certificate_chain_file<P: AsRef<std::path::Path>>(

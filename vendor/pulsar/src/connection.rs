@@ -72,6 +72,13 @@ pub enum RequestKey {
 /// ids of the producers closed by the broker on a connection
 type ClosedProducers = Arc<std::sync::Mutex<BTreeSet<u64>>>;
 
+/// A client certificate and its key, presented in TLS handshakes (feature-connector patch).
+#[cfg(any(feature = "tokio-runtime", feature = "async-std-runtime"))]
+pub type ClientIdentity = native_tls::Identity;
+/// Client certificates are only supported by the native-tls runtimes in this patch.
+#[cfg(not(any(feature = "tokio-runtime", feature = "async-std-runtime")))]
+pub type ClientIdentity = std::convert::Infallible;
+
 /// Authentication parameters
 #[derive(Clone)]
 pub struct Authentication {
@@ -916,6 +923,7 @@ impl<Exe: Executor> Connection<Exe> {
         auth_data: Option<Arc<Mutex<Box<dyn crate::authentication::Authentication>>>>,
         proxy_to_broker_url: Option<String>,
         certificate_chain: &[Certificate],
+        client_identity: Option<&ClientIdentity>,
         allow_insecure_connection: bool,
         tls_hostname_verification_enabled: bool,
         connection_timeout: Duration,
@@ -975,6 +983,7 @@ impl<Exe: Executor> Connection<Exe> {
                 auth_data.clone(),
                 proxy_to_broker_url.clone(),
                 certificate_chain,
+                client_identity,
                 allow_insecure_connection,
                 tls_hostname_verification_enabled,
                 executor.clone(),
@@ -1016,9 +1025,13 @@ impl<Exe: Executor> Connection<Exe> {
 
         if retryable_errors.is_empty() {
             error!("connection error, not retryable: {:?}", fatal_errors);
-            Err(ConnectionError::Io(std::io::Error::other(
-                "fatal error when connecting to the Pulsar server",
-            )))
+            // feature-connector patch: the caller learns the cause (e.g. the broker's
+            // "Unable to authenticate", a TLS handshake failure), not only that it failed.
+            let causes: Vec<String> = fatal_errors.iter().map(|e| e.to_string()).collect();
+            Err(ConnectionError::Io(std::io::Error::other(format!(
+                "fatal error when connecting to the Pulsar server: {}",
+                causes.join("; ")
+            ))))
         } else {
             warn!("retry establish connection on: {:?}", retryable_errors);
             Err(retryable_errors.into_iter().next().unwrap())
@@ -1052,6 +1065,7 @@ impl<Exe: Executor> Connection<Exe> {
         auth: Option<Arc<Mutex<Box<dyn crate::authentication::Authentication>>>>,
         proxy_to_broker_url: Option<String>,
         certificate_chain: &[Certificate],
+        client_identity: Option<&ClientIdentity>,
         allow_insecure_connection: bool,
         tls_hostname_verification_enabled: bool,
         executor: Arc<Exe>,
@@ -1067,6 +1081,10 @@ impl<Exe: Executor> Connection<Exe> {
                     let mut builder = native_tls::TlsConnector::builder();
                     for certificate in certificate_chain {
                         builder.add_root_certificate(certificate.clone());
+                    }
+                    // feature-connector patch: present a client certificate.
+                    if let Some(identity) = client_identity {
+                        builder.identity(identity.clone());
                     }
                     builder.danger_accept_invalid_hostnames(
                         allow_insecure_connection || !tls_hostname_verification_enabled,
@@ -1178,6 +1196,10 @@ impl<Exe: Executor> Connection<Exe> {
                     let mut connector = async_native_tls::TlsConnector::new();
                     for certificate in certificate_chain {
                         connector = connector.add_root_certificate(certificate.clone());
+                    }
+                    // feature-connector patch: present a client certificate.
+                    if let Some(identity) = client_identity {
+                        connector = connector.identity(identity.clone());
                     }
                     connector = connector.danger_accept_invalid_hostnames(
                         allow_insecure_connection || !tls_hostname_verification_enabled,
@@ -1533,6 +1555,13 @@ pub(crate) mod messages {
                     proxy_to_broker_url,
                     client_version: proto::client_version(),
                     protocol_version: Some(12),
+                    // feature-connector patch: this client answers AuthChallenge (see
+                    // `auth_challenge` above), so the broker may ask for fresh credentials
+                    // when a token expires instead of closing the connection.
+                    feature_flags: Some(proto::FeatureFlags {
+                        supports_auth_refresh: Some(true),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()

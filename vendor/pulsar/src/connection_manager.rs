@@ -129,7 +129,7 @@ mod tests {
 }
 
 /// configuration for TLS connections
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TlsOptions {
     /// contains a list of PEM encoded certificates
     pub certificate_chain: Option<Vec<u8>>,
@@ -143,6 +143,22 @@ pub struct TlsOptions {
     ///
     /// defaults to *true*
     pub tls_hostname_verification_enabled: bool,
+
+    /// feature-connector patch: a client certificate to present, as PEM (the certificate
+    /// chain, then a PKCS#8 private key)
+    pub client_certificate: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// feature-connector patch: never prints the client's private key.
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsOptions")
+            .field("certificate_chain", &self.certificate_chain)
+            .field("allow_insecure_connection", &self.allow_insecure_connection)
+            .field("tls_hostname_verification_enabled", &self.tls_hostname_verification_enabled)
+            .field("client_certificate", &self.client_certificate.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Default for TlsOptions {
@@ -152,6 +168,7 @@ impl Default for TlsOptions {
             certificate_chain: None,
             allow_insecure_connection: false,
             tls_hostname_verification_enabled: true,
+            client_certificate: None,
         }
     }
 }
@@ -179,6 +196,7 @@ pub struct ConnectionManager<Exe: Executor> {
     pub(crate) operation_retry_options: OperationRetryOptions,
     pub(crate) tls_options: TlsOptions,
     certificate_chain: Vec<Certificate>,
+    client_identity: Option<crate::connection::ClientIdentity>,
     outbound_channel_size: usize,
 }
 
@@ -234,6 +252,18 @@ impl<Exe: Executor> ConnectionManager<Exe> {
             }
         };
 
+        let client_identity = match tls_options.client_certificate.as_ref() {
+            None => None,
+            #[cfg(any(feature = "tokio-runtime", feature = "async-std-runtime"))]
+            Some((chain, key)) => Some(native_tls::Identity::from_pkcs8(chain, key)?),
+            #[cfg(not(any(feature = "tokio-runtime", feature = "async-std-runtime")))]
+            Some(_) => {
+                return Err(ConnectionError::Unexpected(
+                    "client certificates need the native-tls runtimes".into(),
+                ))
+            }
+        };
+
         if let Some(auth) = auth.clone() {
             auth.lock().await.initialize().await?;
         }
@@ -247,6 +277,7 @@ impl<Exe: Executor> ConnectionManager<Exe> {
             operation_retry_options,
             tls_options,
             certificate_chain,
+            client_identity,
             outbound_channel_size,
         };
         let broker_address = BrokerAddress {
@@ -381,6 +412,7 @@ impl<Exe: Executor> ConnectionManager<Exe> {
                 self.auth.clone(),
                 proxy_url.clone(),
                 &self.certificate_chain,
+                self.client_identity.as_ref(),
                 self.tls_options.allow_insecure_connection,
                 self.tls_options.tls_hostname_verification_enabled,
                 self.connection_retry_options.connection_timeout,
