@@ -177,10 +177,11 @@ proxy_ready() {
          --key "$PULSAR_AUTH_DIR/client-tls.key" "https://127.0.0.1:$PROXY_HTTPS_PORT/admin/v2/clusters") == 200 ]]
 }
 
+# write_proxy_config FILE CLASSPATH_KEY (the key is recorded so a new classpath restarts it)
 write_proxy_config() {
   cat >"$1" <<EOF
 # Written by scripts/services-auth.sh: a proxy in front of the test broker whose listeners
-# take only clients with a certificate of the test CA.
+# take only clients with a certificate of the test CA. Classpath $2.
 clusterName=standalone
 brokerServiceURL=pulsar://127.0.0.1:$PULSAR_BIN_PORT
 brokerWebServiceURL=http://127.0.0.1:$PULSAR_HTTP_PORT
@@ -205,7 +206,8 @@ EOF
 start_pulsar_proxy() {
   local marker=ProxyServiceStarter key cp cpfile conf=$STATE/pulsar-proxy/proxy.conf i pid t0
   mkdir -p "$STATE/pulsar-proxy"
-  write_proxy_config "$conf.new"
+  key=$(cat "$PROXY_DIR/pom.xml" "$PROXY_DIR/settings.xml" | sha256sum | cut -c1-16)
+  write_proxy_config "$conf.new" "$key"
   if our_pid pulsar-proxy "$marker" >/dev/null; then
     if cmp -s "$conf.new" "$conf" && proxy_ready; then
       rm -f "$conf.new"; log "pulsar-proxy: already running (pid $(our_pid pulsar-proxy "$marker"))"; return
@@ -216,7 +218,6 @@ start_pulsar_proxy() {
   if port_open $PROXY_TLS_PORT || port_open $PROXY_HTTPS_PORT; then
     die "port $PROXY_TLS_PORT or $PROXY_HTTPS_PORT is taken by a process this script did not start"
   fi
-  key=$(cat "$PROXY_DIR/pom.xml" "$PROXY_DIR/settings.xml" | sha256sum | cut -c1-16)
   cpfile=$STATE/pulsar-proxy/classpath-$key.txt
   if [[ ! -s $cpfile ]]; then
     log "pulsar-proxy: resolving its classpath with Maven"
