@@ -45,12 +45,17 @@ fn default_shutdown_timeout() -> std::time::Duration {
 impl ServiceConfig {
     /// Loads the service file at `path`, or the embedded defaults when `path` is `None`.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        match path {
+        let embedded = Path::new("<embedded config/default.yaml>");
+        let config: Self = match path {
             Some(path) => read_yaml_file(path),
-            None => parse_yaml(
-                Path::new("<embedded config/default.yaml>"),
-                EMBEDDED_DEFAULT_SERVICE_CONFIG,
-            ),
+            None => parse_yaml(embedded, EMBEDDED_DEFAULT_SERVICE_CONFIG),
+        }?;
+        // `pulsar.auth`: which keys apply depends on its type, beyond what serde checks.
+        let issues = config.pulsar.check(path.unwrap_or(embedded));
+        if issues.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError { issues })
         }
     }
 }
