@@ -255,10 +255,13 @@ impl OAuth2Session {
             detail,
         };
         let text = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
-        // serde_json's message names the position, never the contents.
+        // Only where it went wrong: serde_json's own message may quote a value (a secret).
         serde_json::from_slice(&text).map_err(|e| {
             failed(format!(
-                "expected {{\"client_id\": …, \"client_secret\": …}} ({e})"
+                "expected {{\"client_id\": \"…\", \"client_secret\": \"…\"}} ({:?} error at line {}, column {})",
+                e.classify(),
+                e.line(),
+                e.column()
             ))
         })
     }
@@ -321,5 +324,47 @@ fn unreachable(url: &str, source: reqwest::Error) -> OAuth2Error {
     OAuth2Error::Unreachable {
         url: url.to_string(),
         source: source.without_url(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(credentials: &std::path::Path) -> OAuth2Session {
+        OAuth2Session::new(
+            OAuth2Settings {
+                // Never asked: the credentials file is read first.
+                issuer_url: "http://127.0.0.1:9".into(),
+                audience: "pulsar".into(),
+                scope: None,
+                credentials_file: credentials.to_path_buf(),
+            },
+            reqwest::Client::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_malformed_credentials_file_is_reported_without_its_contents() {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join("credentials.json");
+        std::fs::write(&file, r#"{"client_id": "c", "client_secret": 8675309}"#).expect("write");
+        let error = session(&file)
+            .token()
+            .await
+            .expect_err("a number is no secret");
+        let message = error.to_string();
+        assert!(
+            matches!(error, OAuth2Error::Credentials { .. }),
+            "{message}"
+        );
+        assert!(message.contains("line 1, column"), "{message}");
+        assert!(
+            !message.contains("8675309"),
+            "the secret was printed: {message}"
+        );
+
+        let missing = session(&dir.path().join("nope.json")).token().await;
+        assert!(matches!(missing, Err(OAuth2Error::Credentials { .. })));
     }
 }
