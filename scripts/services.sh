@@ -7,6 +7,9 @@
 #   Redis Cluster, 3 masters redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003
 #   Redis over TLS + ACL     rediss://app:app-secret@127.0.0.1:6390   CA <state>/tls/ca.crt
 #   S3 (moto_server)         http://127.0.0.1:9000     bucket feature-connector-test
+#   OAuth2 server (Hydra)    http://127.0.0.1:4444     the broker accepts its tokens
+#   Pulsar proxy, mTLS       pulsar+ssl://127.0.0.1:6652  https://127.0.0.1:8444 (client certificate required)
+#     (the last two: scripts/services-auth.sh)
 #
 # Usage: scripts/services.sh [start|stop|status|env]     (default: start)
 #   start   install what is missing, start what is down, wait until ready (idempotent)
@@ -45,6 +48,8 @@ PULSAR_WAIT=${FC_PULSAR_WAIT:-180}
 PULSAR_TLS_PORT=6651
 PULSAR_HTTPS_PORT=8443
 PULSAR_AUTH_DIR=$STATE/pulsar-auth
+# shellcheck source=scripts/services-auth.sh
+source "$ROOT/scripts/services-auth.sh"
 
 T0=$(date +%s)
 log() { printf '[services %3ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
@@ -240,9 +245,10 @@ write_pulsar_config() {
     cat <<EOF
 
 # ---- added by scripts/services.sh: token authentication (anonymous clients are still
-# allowed, so the other tests need no token; a wrong token is refused) and TLS listeners.
+# allowed, so the other tests need no token; a wrong token is refused), OAuth2 tokens of the
+# test issuer and client certificates (scripts/services-auth.sh), and TLS listeners.
 authenticationEnabled=true
-authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken
+$(pulsar_auth_config)
 tokenSecretKey=file://$PULSAR_AUTH_DIR/secret.key
 anonymousUserRole=anonymous
 brokerServicePortTls=$PULSAR_TLS_PORT
@@ -608,6 +614,7 @@ export AWS_SECRET_ACCESS_KEY=testing
 export AWS_REGION=us-east-1
 export AWS_ALLOW_HTTP=true
 EOF
+  auth_env >>"$STATE/env"
 }
 
 cmd_start() {
@@ -616,11 +623,15 @@ cmd_start() {
   flock -w 600 9 || die "another services.sh holds $STATE/.lock"
   ensure_packages
   start_pulsar   # slowest: launched first, awaited last
+  ensure_pulsar_client_certs
+  start_hydra
+  ensure_oauth2_clients
   start_redis
   start_redis_cluster
   start_redis_tls
   start_s3
   wait_pulsar
+  start_pulsar_proxy
   write_env
   log "all services up (env: source $STATE/env)"
 }
@@ -635,6 +646,7 @@ cmd_stop() {
   local p
   for p in "${CLUSTER_PORTS[@]}"; do stop_pid "redis-cluster-$p" "redis-server 127.0.0.1:$p" & done
   stop_pid redis-tls "redis-server 127.0.0.1:$REDIS_TLS_PORT" &
+  auth_stop &
   wait
 }
 
@@ -662,6 +674,7 @@ cmd_status() {
   if pid=$(our_pid s3 moto) && s3_answers; then echo "s3             up    pid $pid  $S3_URL  bucket $S3_BUCKET"
   elif s3_answers; then echo "s3             up    (not started by this script)  $S3_URL"
   else echo "s3             down"; down=1; fi
+  auth_status || down=1
   return $((down ? 3 : 0))
 }
 

@@ -3,6 +3,7 @@
 
 mod backfill;
 mod get;
+mod logging;
 mod offline;
 mod produce;
 mod run;
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{load_pipelines, ConfigError, PipelineConfig, ServiceConfig};
+pub use logging::init_logging;
 
 /// Exit status for configuration errors (as `validate` documents).
 pub const EXIT_CONFIG: u8 = 2;
@@ -142,24 +144,6 @@ pub fn run_async(work: impl std::future::Future<Output = ExitCode>) -> ExitCode 
             eprintln!("error: cannot start the async runtime: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Logs to stderr, filtered by `RUST_LOG`; JSON lines when `FC_LOG_FORMAT=json`.
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(
-            "info,pulsar=warn,buoyant_kernel=off,deltalake_core=error",
-        )
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    if std::env::var("FC_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }
 

@@ -175,7 +175,9 @@ impl ServiceConfig {
             Some(path) => read_yaml_file(path)?,
             None => parse_yaml(&file, EMBEDDED_DEFAULT_SERVICE_CONFIG)?,
         };
-        let issues = service.serving_issues(&file);
+        // `pulsar.auth`: which keys apply depends on its type, beyond what serde checks.
+        let mut issues = service.pulsar.check(&file);
+        issues.extend(service.serving_issues(&file));
         if issues.is_empty() {
             Ok(service)
         } else {

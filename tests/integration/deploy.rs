@@ -83,13 +83,19 @@ dashboard = json.load(open(sys.argv[2]))
 exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
 env = {e["name"]: e.get("value") for e in sidecar["env"]}
 compose = yaml.safe_load(open(sys.argv[3]))["services"]["connector"]
+volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
+auth_mounts = [m["mountPath"] for m in sidecar["volumeMounts"]
+               if volumes[m["name"]].get("secret", {}).get("secretName") == "feature-connector-pulsar-auth"]
+auth_secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "feature-connector-pulsar-auth")
 print(json.dumps({"kinds": kinds, "args": sidecar["args"], "live": sidecar["livenessProbe"]["httpGet"]["path"],
                   "ready": sidecar["readinessProbe"]["httpGet"]["path"], "exprs": exprs,
                   "ports": [p["containerPort"] for p in sidecar["ports"]],
                   "binds": [env.get("FC_HTTP_BIND"), env.get("FC_SERVING_BIND")],
                   "compose_ports": compose.get("ports", []),
                   "compose_binds": [compose["environment"].get("FC_HTTP_BIND"),
-                                    compose["environment"].get("FC_SERVING_BIND")]}))
+                                    compose["environment"].get("FC_SERVING_BIND")],
+                  "credentials": env.get("PULSAR_OAUTH2_CREDENTIALS_FILE"), "auth_mounts": auth_mounts,
+                  "auth_keys": sorted(auth_secret["stringData"])}))
 "#;
     let output = Command::new(python)
         .args(["-c", script])
@@ -106,7 +112,20 @@ print(json.dumps({"kinds": kinds, "args": sidecar["args"], "live": sidecar["live
     let found: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
     assert_eq!(
         found["kinds"],
-        serde_json::json!(["ConfigMap", "Deployment", "Secret"])
+        serde_json::json!(["ConfigMap", "Deployment", "Secret", "Secret"])
+    );
+    // The OAuth2 credentials file the connector is pointed at is a key of the mounted Secret.
+    assert_eq!(
+        found["auth_mounts"],
+        serde_json::json!(["/var/run/secrets/pulsar"])
+    );
+    assert_eq!(
+        found["credentials"],
+        serde_json::json!("/var/run/secrets/pulsar/credentials.json")
+    );
+    assert_eq!(
+        found["auth_keys"],
+        serde_json::json!(["credentials.json", "tls.crt", "tls.key"])
     );
     assert_eq!(found["args"], serde_json::json!(["run", "--root", "/app"]));
     assert_eq!(

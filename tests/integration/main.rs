@@ -12,6 +12,8 @@ mod feast;
 mod feast_offline;
 mod fuzz_regressions;
 mod isolation;
+mod mtls;
+mod oauth2;
 mod offline;
 mod online;
 mod redis_outage;

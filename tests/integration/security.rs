@@ -6,21 +6,6 @@ use std::time::Duration;
 
 use crate::common::*;
 
-fn env_path(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} (set by scripts/services.sh env)"))
-}
-
-/// Points the project's service file at `url`/`admin_url` and adds `extra` lines to `pulsar:`.
-fn pulsar_section(project: &Project, url: &str, admin_url: &str, extra: &str) {
-    let path = project.path().join("config.yaml");
-    let config = std::fs::read_to_string(&path).expect("read config");
-    let start = config.find("pulsar:\n").expect("pulsar section");
-    let end = config.find("redis:\n").expect("redis section");
-    let section = format!("pulsar:\n  url: {url}\n  admin_url: {admin_url}\n{extra}");
-    let config = format!("{}{section}{}", &config[..start], &config[end..]);
-    std::fs::write(path, config).expect("write config");
-}
-
 fn secrets() -> Vec<String> {
     let token = std::fs::read_to_string(env_path("FC_TEST_PULSAR_TOKEN_FILE")).expect("token");
     let bad = std::fs::read_to_string(env_path("FC_TEST_PULSAR_BAD_TOKEN_FILE")).expect("token");
@@ -45,8 +30,7 @@ fn assert_no_secret(text: &str) {
 async fn token_from_a_file_over_tls_works_end_to_end_and_nothing_secret_is_logged() {
     let project = Project::new(&redis_url());
     let ca = env_path("REDIS_TLS_CA");
-    pulsar_section(
-        &project,
+    project.pulsar_section(
         &env_path("FC_TEST_PULSAR_TLS_URL"),
         &env_path("FC_TEST_PULSAR_TLS_ADMIN_URL"),
         &format!(
@@ -88,8 +72,7 @@ async fn a_wrong_token_or_an_unknown_ca_fails_at_start_clearly() {
         "online:\n  key_prefix: bad",
         "offline:\n  enabled: false",
     );
-    pulsar_section(
-        &project,
+    project.pulsar_section(
         &pulsar_url(),
         &pulsar_admin(),
         &format!(
@@ -116,8 +99,7 @@ async fn a_wrong_token_or_an_unknown_ca_fails_at_start_clearly() {
     assert_no_secret(&stderr);
 
     // TLS without the private CA: the system roots do not know the broker's certificate.
-    pulsar_section(
-        &project,
+    project.pulsar_section(
         &env_path("FC_TEST_PULSAR_TLS_URL"),
         &env_path("FC_TEST_PULSAR_TLS_ADMIN_URL"),
         "",

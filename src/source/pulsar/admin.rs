@@ -3,6 +3,9 @@
 
 use serde::de::DeserializeOwned;
 
+use std::sync::Arc;
+
+use super::auth::{OAuth2Error, OAuth2Session};
 use super::topic::{BadTopicName, TopicName};
 
 /// A failed admin request.
@@ -30,6 +33,15 @@ pub enum AdminError {
     /// The topic name cannot be turned into an admin path.
     #[error(transparent)]
     BadTopic(#[from] BadTopicName),
+    /// No OAuth2 access token to send.
+    #[error("Pulsar admin request {url}: {source}")]
+    Token {
+        /// The URL requested.
+        url: String,
+        /// Why.
+        #[source]
+        source: OAuth2Error,
+    },
 }
 
 impl AdminError {
@@ -39,6 +51,7 @@ impl AdminError {
             AdminError::Http { .. } => true,
             AdminError::Status { status, .. } => *status >= 500,
             AdminError::BadTopic(_) => false,
+            AdminError::Token { source, .. } => source.is_transient(),
         }
     }
 
@@ -53,6 +66,9 @@ impl AdminError {
 pub struct PulsarAdmin {
     http: reqwest::Client,
     base: String,
+    /// OAuth2 tokens, sent as a bearer header per request (they change; a static token or a
+    /// client certificate is part of `http`).
+    oauth2: Option<Arc<OAuth2Session>>,
 }
 
 impl PulsarAdmin {
@@ -62,6 +78,31 @@ impl PulsarAdmin {
         Self {
             http,
             base: admin_url.trim_end_matches('/').to_string(),
+            oauth2: None,
+        }
+    }
+
+    /// Sends each request with an access token of `session` (the binary protocol's).
+    pub fn with_oauth2(mut self, session: Option<Arc<OAuth2Session>>) -> Self {
+        self.oauth2 = session;
+        self
+    }
+
+    async fn authorized(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<reqwest::RequestBuilder, AdminError> {
+        match &self.oauth2 {
+            // `bearer_auth` marks the header sensitive: it is never logged.
+            Some(session) => match session.token().await {
+                Ok(token) => Ok(request.bearer_auth(token)),
+                Err(source) => Err(AdminError::Token {
+                    url: url.to_string(),
+                    source,
+                }),
+            },
+            None => Ok(request),
         }
     }
 
@@ -72,7 +113,8 @@ impl PulsarAdmin {
     /// `GET /admin/v2/{path}`: the body of a successful answer.
     pub async fn get(&self, path: &str) -> Result<String, AdminError> {
         let url = self.url(path);
-        send(self.http.get(&url), url).await
+        let request = self.authorized(self.http.get(&url), &url).await?;
+        send(request, url).await
     }
 
     /// `POST /admin/v2/{path}` with a JSON body: the body of a successful answer.
@@ -82,7 +124,10 @@ impl PulsarAdmin {
         body: &serde_json::Value,
     ) -> Result<String, AdminError> {
         let url = self.url(path);
-        send(self.http.post(&url).json(body), url).await
+        let request = self
+            .authorized(self.http.post(&url).json(body), &url)
+            .await?;
+        send(request, url).await
     }
 
     /// `GET /admin/v2/{path}` parsed as `T`.

@@ -1,126 +1,13 @@
-//! Settings of the Pulsar source: the service part (cluster) and the pipeline part (topic).
+//! Settings of the Pulsar source: the pipeline part (topic, subscription). The service part
+//! (cluster, credentials) is in `service.rs`.
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::secret::non_empty;
 use crate::source::AckMode;
 use crate::yaml::{issue_at, ConfigIssue, Spanned};
-
-/// Where the Pulsar cluster is and how to log in (service file).
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PulsarServiceConfig {
-    /// Binary protocol URL, e.g. `pulsar://127.0.0.1:6650` or `pulsar+ssl://…:6651`.
-    pub url: String,
-    /// Admin REST URL, e.g. `http://127.0.0.1:8080` (schema registry, stats).
-    pub admin_url: String,
-    /// A JWT for token authentication (usually `${PULSAR_TOKEN}`); empty = none.
-    #[serde(default)]
-    pub token: Option<String>,
-    /// A file holding the JWT (e.g. a mounted Kubernetes Secret); read at each connect.
-    #[serde(default)]
-    pub token_file: Option<String>,
-    /// PEM file of the CA that signed the broker's TLS certificate (`pulsar+ssl://`,
-    /// `https://`); empty = the system roots.
-    #[serde(default)]
-    pub tls_ca_file: Option<String>,
-}
-
-/// Never prints the token.
-impl std::fmt::Debug for PulsarServiceConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PulsarServiceConfig")
-            .field("url", &self.url)
-            .field("admin_url", &self.admin_url)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("token_file", &self.token_file)
-            .field("tls_ca_file", &self.tls_ca_file)
-            .finish()
-    }
-}
-
-/// The service's Pulsar credentials or CA cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum CredentialError {
-    /// A configured file cannot be read.
-    #[error("cannot read pulsar.{key} {path}: {source}")]
-    ReadFile {
-        /// The config key naming the file.
-        key: &'static str,
-        /// The file.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The token has characters an HTTP header cannot carry.
-    #[error("the Pulsar token is not a valid HTTP header value")]
-    BadToken(#[source] reqwest::header::InvalidHeaderValue),
-    /// The CA file is not PEM.
-    #[error("pulsar.tls_ca_file is not a PEM certificate: {0}")]
-    BadCa(#[source] reqwest::Error),
-    /// The admin HTTP client cannot be built.
-    #[error("admin HTTP client: {0}")]
-    Client(#[source] reqwest::Error),
-}
-
-impl PulsarServiceConfig {
-    /// The JWT to present, if any: `token`, else the contents of `token_file` (read at each
-    /// connect, so a rotated Secret is picked up).
-    pub fn token(&self) -> Result<Option<String>, CredentialError> {
-        crate::secret::read(&self.token, &self.token_file).map_err(|e| CredentialError::ReadFile {
-            key: "token_file",
-            path: e.path,
-            source: e.source,
-        })
-    }
-
-    /// The CA certificate (PEM) to trust, if configured.
-    pub fn tls_ca(&self) -> Result<Option<Vec<u8>>, CredentialError> {
-        match non_empty(&self.tls_ca_file) {
-            Some(path) => {
-                std::fs::read(path)
-                    .map(Some)
-                    .map_err(|source| CredentialError::ReadFile {
-                        key: "tls_ca_file",
-                        path: path.to_string(),
-                        source,
-                    })
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// The admin REST API client of this cluster.
-    pub fn admin(&self) -> Result<super::PulsarAdmin, CredentialError> {
-        Ok(super::PulsarAdmin::new(
-            self.admin_client()?,
-            &self.admin_url,
-        ))
-    }
-
-    /// An HTTP client for the admin REST API: the token as a bearer header, the CA trusted.
-    pub fn admin_client(&self) -> Result<reqwest::Client, CredentialError> {
-        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(10));
-        if let Some(token) = self.token()? {
-            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-                .map_err(CredentialError::BadToken)?;
-            value.set_sensitive(true);
-            let mut headers = reqwest::header::HeaderMap::new();
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-            builder = builder.default_headers(headers);
-        }
-        if let Some(pem) = self.tls_ca()? {
-            let certificate =
-                reqwest::Certificate::from_pem(&pem).map_err(CredentialError::BadCa)?;
-            builder = builder.add_root_certificate(certificate);
-        }
-        builder.build().map_err(CredentialError::Client)
-    }
-}
 
 /// Subscription types, with Pulsar's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

@@ -2,8 +2,10 @@
 
 mod acks;
 mod admin;
+pub mod auth;
 mod config;
 mod reader;
+mod service;
 mod topic;
 
 use std::sync::Arc;
@@ -14,15 +16,13 @@ use futures::{FutureExt, StreamExt};
 use pulsar::consumer::{ConsumerOptions, InitialPosition};
 use pulsar::message::proto::command_subscribe::SubType;
 use pulsar::message::proto::MessageIdData;
-use pulsar::{Consumer, OperationRetryOptions, Pulsar, TokioExecutor};
+use pulsar::{Consumer, Pulsar, TokioExecutor};
 
 pub use acks::{acks_for, AckTarget};
 pub use admin::{parse as parse_admin_answer, AdminError, PulsarAdmin};
-pub use config::{
-    CredentialError, Delivery, PulsarServiceConfig, PulsarSourceConfig, StartPosition,
-    SubscriptionKind,
-};
+pub use config::{Delivery, PulsarSourceConfig, StartPosition, SubscriptionKind};
 pub use reader::{PublishRange, PulsarReaderSource};
+pub use service::{CredentialError, PulsarServiceConfig};
 pub use topic::{partitioned_topic, BadTopicName, TopicName};
 
 use super::{AckMode, MessagePosition, Source, SourceMessage, StreamNames};
@@ -63,6 +63,14 @@ pub enum SourceError {
     /// The configured credentials or CA cannot be used.
     #[error(transparent)]
     Credentials(#[from] CredentialError),
+    /// No OAuth2 access token could be had for the cluster.
+    #[error("cannot log in to Pulsar at {url}: {source}")]
+    OAuth2 {
+        /// The service URL.
+        url: String,
+        /// Why.
+        source: auth::OAuth2Error,
+    },
 }
 
 /// How long closing a consumer may take at shutdown.
@@ -202,57 +210,12 @@ impl PulsarSource {
         Ok(source)
     }
 
-    /// Connects the client shared by all lanes of the process (token and TLS from
-    /// `service`).
+    /// Connects the client shared by all lanes of the process (credentials and CA from
+    /// `service`; see [`PulsarServiceConfig::connect`]).
     pub async fn connect(
         service: &PulsarServiceConfig,
     ) -> Result<Pulsar<TokioExecutor>, SourceError> {
-        let url = service.url.as_str();
-        let mut builder = Pulsar::builder(url, TokioExecutor)
-            // Bounded: a busy Exclusive subscription must become an error, not an endless
-            // wait; callers that must not give up (consumer rebuild, DLQ) loop themselves.
-            .with_operation_retry_options(OperationRetryOptions {
-                operation_timeout: Duration::from_secs(30),
-                retry_delay: Duration::from_secs(1),
-                max_retries: Some(10),
-            });
-        if let Some(token) = service.token()? {
-            builder = builder.with_auth(pulsar::Authentication {
-                name: "token".into(),
-                data: token.into_bytes(),
-            });
-        }
-        if let Some(pem) = service.tls_ca()? {
-            builder = builder
-                .with_certificate_chain(pem)
-                .with_allow_insecure_connection(false)
-                .with_tls_hostname_verification_enabled(true);
-        }
-        let has_token = service.token().ok().flatten().is_some();
-        builder.build().await.map_err(|source| {
-            // pulsar-rs logs the refusal's cause (pulsar::connection) and returns only
-            // "fatal error": name what is likely at fault.
-            let hint = match (source.to_string().contains("fatal error"), has_token) {
-                (false, _) => None,
-                (true, _) if url.starts_with("pulsar+ssl://") && !has_token => Some(
-                    "the TLS handshake or the broker refused it: is the broker's certificate signed by pulsar.tls_ca_file?",
-                ),
-                (true, true) => Some(
-                    "the broker refused it: check the token (pulsar.token / pulsar.token_file) and, for pulsar+ssl://, pulsar.tls_ca_file",
-                ),
-                (true, false) => Some("the broker refused it: does it require authentication (pulsar.token)?"),
-            };
-            match hint {
-                Some(hint) => SourceError::Connect {
-                    url: url.to_string(),
-                    source: pulsar::Error::Custom(format!("{source} ({hint}; the cause is logged by pulsar::connection)")),
-                },
-                None => SourceError::Connect {
-                    url: url.to_string(),
-                    source,
-                },
-            }
-        })
+        service.connect().await
     }
 
     async fn build_consumer(&self) -> Result<Consumer<Vec<u8>, TokioExecutor>, SourceError> {

@@ -17,6 +17,11 @@ use redis::AsyncCommands;
 pub fn pulsar_admin() -> String {
     std::env::var("PULSAR_ADMIN_URL").unwrap_or_else(|_| "http://127.0.0.1:8080".into())
 }
+/// A variable `scripts/services.sh env` sets (panics naming it when missing).
+pub fn env_path(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} (set by scripts/services.sh env)"))
+}
+
 /// Pulsar binary URL.
 pub fn pulsar_url() -> String {
     std::env::var("PULSAR_URL").unwrap_or_else(|_| "pulsar://127.0.0.1:6650".into())
@@ -95,6 +100,18 @@ impl Project {
             &format!("  response_timeout: 5s\n{lines}\n"),
             1,
         );
+        std::fs::write(path, config).expect("write config");
+    }
+
+    /// Points the service file at `url`/`admin_url` and replaces the rest of its `pulsar:`
+    /// section with `extra` (whole lines, e.g. `  token_file: …` or an `  auth:` block).
+    pub fn pulsar_section(&self, url: &str, admin_url: &str, extra: &str) {
+        let path = self.path().join("config.yaml");
+        let config = std::fs::read_to_string(&path).expect("read config");
+        let start = config.find("pulsar:\n").expect("pulsar section");
+        let end = config.find("redis:\n").expect("redis section");
+        let section = format!("pulsar:\n  url: {url}\n  admin_url: {admin_url}\n{extra}");
+        let config = format!("{}{section}{}", &config[..start], &config[end..]);
         std::fs::write(path, config).expect("write config");
     }
 
