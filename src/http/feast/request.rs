@@ -12,9 +12,11 @@
 //! to one name, entity columns of different lengths) and refuse with 4xx what Feast's server
 //! answers with a 500; unknown keys in the body are ignored, as Feast's model does.
 
-use std::collections::{BTreeMap, HashSet};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use arrow::datatypes::DataType;
+use rustc_hash::FxHashSet;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -65,10 +67,10 @@ where
     let refs = feature_refs(request, services)?;
     let rows = entity_rows(&request.entities, max_entities)?;
     let mut views: Vec<Lookup<'a>> = Vec::new();
-    let mut asked = HashSet::new();
-    let mut names = HashSet::new();
-    for (view_name, feature) in &refs {
-        let position = match views.iter().position(|v| v.view.name == *view_name) {
+    let mut asked = FxHashSet::default();
+    let mut names = FxHashSet::default();
+    for &(view_name, feature) in &refs {
+        let position = match views.iter().position(|v| v.view.name == view_name) {
             Some(position) => position,
             None => {
                 let view = view_of(view_name)?;
@@ -81,20 +83,28 @@ where
             }
         };
         let plan = &mut views[position];
-        let wanted: Vec<usize> = match feature {
-            Some(feature) => vec![plan.view.feature_index(feature)?],
-            None => (0..plan.view.features.len()).collect(),
+        let view: &'a OnlineView = plan.view;
+        let wanted = match feature {
+            Some(feature) => {
+                let index = view.feature_index(feature)?;
+                index..index + 1
+            }
+            None => 0..view.features.len(),
         };
         for index in wanted {
-            let feature = plan.view.features[index].0.as_str();
-            if !asked.insert((view_name.clone(), index)) {
+            let feature = view.features[index].0.as_str();
+            if !asked.insert((position, index)) {
                 return Err(ApiError::BadRequest(format!(
                     "feature `{view_name}:{feature}` is asked for twice"
                 )));
             }
             // Answers name features by name alone unless full names are asked for: two views'
             // features of one name would be one column (Feast's FeatureNameCollisionError).
-            let name = output_name(view_name, feature, request.full_feature_names);
+            let name: Cow<'a, str> = if request.full_feature_names {
+                Cow::Owned(output_name(view_name, feature, true))
+            } else {
+                Cow::Borrowed(feature)
+            };
             if !names.insert(name.clone()) {
                 return Err(ApiError::BadRequest(format!(
                     "two features answer to `{name}`; set \"full_feature_names\": true to name them `view__feature`"
@@ -133,10 +143,10 @@ pub fn output_name(view: &str, feature: &str, full: bool) -> String {
 }
 
 /// `(view, Some(feature))` per reference, `(view, None)` for a whole view of a service.
-fn feature_refs(
-    request: &OnlineFeaturesRequest,
-    services: &BTreeMap<String, Vec<String>>,
-) -> Result<Vec<(String, Option<String>)>, ApiError> {
+fn feature_refs<'r>(
+    request: &'r OnlineFeaturesRequest,
+    services: &'r BTreeMap<String, Vec<String>>,
+) -> Result<Vec<(&'r str, Option<&'r str>)>, ApiError> {
     let written: &[String] =
         match &request.feature_service {
             Some(name) => services.get(name).ok_or_else(|| {
@@ -155,10 +165,10 @@ fn feature_refs(
         .iter()
         .map(|reference| match reference.split_once(':') {
             Some((view, feature)) if !view.is_empty() && !feature.is_empty() => {
-                Ok((view.to_string(), Some(feature.to_string())))
+                Ok((view, Some(feature)))
             }
             None if request.feature_service.is_some() && !reference.is_empty() => {
-                Ok((reference.clone(), None))
+                Ok((reference.as_str(), None))
             }
             _ => Err(ApiError::BadRequest(format!(
                 "feature reference `{reference}` is not `view:feature`"

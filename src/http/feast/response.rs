@@ -17,7 +17,10 @@
 //! the pipeline's `online.ttl` (the value is still given, as Feast does). Feast's own Redis
 //! store says `PRESENT` with a null value for the first two; these say what happened.
 
-use serde::Serialize;
+use std::sync::Arc;
+
+use chrono::SecondsFormat;
+use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use super::request::{output_name, Plan};
@@ -47,7 +50,22 @@ struct ViewMetadata {
 struct FeatureVector {
     values: Vec<Value>,
     statuses: Vec<&'static str>,
-    event_timestamps: Vec<String>,
+    /// A view's features share their rows' event times: formatted once, held by each.
+    #[serde(serialize_with = "shared")]
+    event_timestamps: Arc<[String]>,
+}
+
+fn shared<S: Serializer>(items: &Arc<[String]>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(items.iter())
+}
+
+impl OnlineFeaturesResponse {
+    /// About the length of the answer's JSON: per value its status and its event time
+    /// (~50 bytes) and the value itself.
+    pub fn json_size_hint(&self) -> usize {
+        let values: usize = self.results.iter().map(|r| r.values.len()).sum();
+        256 + self.metadata.feature_names.len() * 32 + values * 64
+    }
 }
 
 /// The timestamp Feast gives join key columns and entities not found.
@@ -64,12 +82,17 @@ pub fn build(
 ) -> OnlineFeaturesResponse {
     let mut feature_names = Vec::new();
     let mut results = Vec::new();
+    let epochs: Arc<[String]> = vec![EPOCH.to_string(); plan.rows].into();
     for (name, values) in &plan.key_columns {
         feature_names.push((*name).to_string());
         results.push(FeatureVector {
             values: values.to_vec(),
             statuses: vec!["PRESENT"; values.len()],
-            event_timestamps: vec![EPOCH.to_string(); values.len()],
+            event_timestamps: if values.len() == plan.rows {
+                epochs.clone()
+            } else {
+                vec![EPOCH.to_string(); values.len()].into()
+            },
         });
     }
     for (view_plan, rows) in plan.views.iter().zip(found) {
@@ -77,7 +100,7 @@ pub fn build(
         let max_age_ms = view
             .ttl
             .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-        let timestamps: Vec<String> = rows
+        let timestamps: Arc<[String]> = rows
             .iter()
             .map(|row| {
                 row.event_time_ms
@@ -90,7 +113,7 @@ pub fn build(
             .map(|_| FeatureVector {
                 values: Vec::with_capacity(plan.rows),
                 statuses: Vec::with_capacity(plan.rows),
-                event_timestamps: timestamps.clone(),
+                event_timestamps: Arc::clone(&timestamps),
             })
             .collect();
         for row in rows {
@@ -145,9 +168,11 @@ pub fn timestamp(ms: i64) -> String {
     let Some(time) = chrono::DateTime::from_timestamp_millis(ms) else {
         return EPOCH.to_string();
     };
-    if ms.rem_euclid(1000) == 0 {
-        time.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    // RFC 3339 written directly: a `format` string is parsed again on every call.
+    let precision = if ms.rem_euclid(1000) == 0 {
+        SecondsFormat::Secs
     } else {
-        time.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
-    }
+        SecondsFormat::Millis
+    };
+    time.to_rfc3339_opts(precision, true)
 }

@@ -265,3 +265,32 @@ fn timestamps_take_feasts_precision() {
     assert_eq!(timestamp(1_700_000_000_120), "2023-11-14T22:13:20.120Z");
     assert_eq!(timestamp(-1), "1969-12-31T23:59:59.999Z");
 }
+
+#[test]
+fn timestamps_are_what_strftime_wrote() {
+    // The format the answers used before RFC 3339 was written directly.
+    let strftime = |ms: i64| {
+        let time = chrono::DateTime::from_timestamp_millis(ms).unwrap();
+        if ms.rem_euclid(1000) == 0 {
+            time.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+        } else {
+            time.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+        }
+    };
+    for ms in [
+        0,
+        1,
+        999,
+        1_000,
+        -1,
+        -1_000,
+        -62_135_596_800_001,
+        1_796_406_777_903,
+        253_402_300_799_999,
+        253_402_300_800_000,
+        8_000_000_000_000_000,
+        -8_000_000_000_000_000,
+    ] {
+        assert_eq!(timestamp(ms), strftime(ms), "{ms}");
+    }
+}

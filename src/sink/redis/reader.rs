@@ -217,6 +217,27 @@ pub struct OnlineReader {
     /// connects again (Redis restarted, or was down when the reader was made).
     connection: tokio::sync::Mutex<Option<RedisConnection>>,
     views: HashMap<String, OnlineView>,
+    /// Per view, its hash fields: worked out once (a Feast field name is a hash).
+    fields: HashMap<String, ViewFields>,
+}
+
+/// A view's hash fields.
+struct ViewFields {
+    /// The event time's.
+    time: Vec<u8>,
+    /// Each feature's, by index into [`OnlineView::features`].
+    features: Vec<Vec<u8>>,
+}
+
+impl ViewFields {
+    fn of(view: &OnlineView) -> Self {
+        Self {
+            time: view.time_field(),
+            features: (0..view.features.len())
+                .map(|f| view.feature_field(f))
+                .collect(),
+        }
+    }
 }
 
 impl OnlineReader {
@@ -226,14 +247,19 @@ impl OnlineReader {
         views: impl IntoIterator<Item = OnlineView>,
     ) -> Result<Self, QueryError> {
         let client = RedisClient::open(service)?;
-        let views = views
+        let views: HashMap<String, OnlineView> = views
             .into_iter()
             .map(|view| (view.name.clone(), view))
+            .collect();
+        let fields = views
+            .iter()
+            .map(|(name, view)| (name.clone(), ViewFields::of(view)))
             .collect();
         Ok(Self {
             client,
             connection: tokio::sync::Mutex::new(None),
             views,
+            fields,
         })
     }
 
@@ -271,17 +297,28 @@ impl OnlineReader {
         let mut commands = Vec::with_capacity(lookups.iter().map(|l| l.entities.len()).sum());
         for lookup in lookups {
             let view = lookup.view;
-            let fields: Vec<Vec<u8>> = lookup
-                .features
-                .iter()
-                .map(|&f| view.feature_field(f))
-                .collect();
-            let time_field = view.time_field();
+            // This reader's own views have their fields worked out; another view (a caller's
+            // own) gets them now.
+            let computed;
+            let fields = match self.fields.get(&view.name) {
+                Some(fields)
+                    if self
+                        .views
+                        .get(&view.name)
+                        .is_some_and(|v| std::ptr::eq(v, view)) =>
+                {
+                    fields
+                }
+                _ => {
+                    computed = ViewFields::of(view);
+                    &computed
+                }
+            };
             for entity in &lookup.entities {
                 let mut command = redis::cmd("HMGET");
-                command.arg(view.redis_key(entity)?).arg(&time_field);
-                for field in &fields {
-                    command.arg(field.as_slice());
+                command.arg(view.redis_key(entity)?).arg(&fields.time);
+                for &feature in &lookup.features {
+                    command.arg(fields.features.get(feature).map_or(&[][..], Vec::as_slice));
                 }
                 commands.push(command);
             }
