@@ -14,7 +14,8 @@
 # Usage: scripts/services.sh [start|stop|status|env]     (default: start)
 #   start   install what is missing, start what is down, wait until ready (idempotent)
 #   stop    stop the services this script started (by their recorded pids only)
-#   status  print up/down per service; exit 0 when all are up, 3 otherwise
+#   status  print up/down per service and the disk's headroom; exit 0 when all are up
+#           and the broker's disk can take writes, 3 otherwise
 #   env     print shell exports pointing at the services
 #   restart-pulsar  stop the broker and start it again keeping its data (chaos suite)
 #
@@ -67,6 +68,26 @@ redis_ping() {
   reply=$( (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT" && printf 'PING\r\n' >&3 &&
             timeout 2 head -c 7 <&3) 2>/dev/null) || return 1
   [[ $reply == +PONG* ]]
+}
+
+# The broker's storage (its embedded bookie) takes no writes once its disk is 99 % full
+# (diskUsageThreshold in services/pulsar/standalone.conf): every produce then fails or times
+# out. disk_headroom_mb prints how many MB can still be written before that point.
+disk_headroom_mb() {
+  mkdir -p "$STATE"
+  df -P -B1M "$STATE" | awk 'NR == 2 { printf "%d", $4 - $2 / 100 }'
+}
+
+# Refuses to start with under 1 GB of headroom; warns under 15 GB (a debug build of the suite
+# takes ~10 GB and its Python environments ~2 GB more, written after the broker starts).
+check_disk() {
+  local headroom
+  headroom=$(disk_headroom_mb)
+  if ((headroom < 1024)); then
+    die "disk: $(df -P -h "$STATE" | awk 'NR == 2 { print $5 " used, " $4 " free" }') on the disk of $STATE; the broker stops taking writes at 99 % (${headroom} MB left before that): free some space first"
+  elif ((headroom < 15360)); then
+    log "warning: disk: $((headroom / 1024)) GB left before the broker stops taking writes (99 % full); building and running the suite needs about 15 GB"
+  fi
 }
 
 # our_pid NAME MARKER: prints the pid recorded for NAME if that process is alive
@@ -621,6 +642,7 @@ cmd_start() {
   mkdir -p "$STATE" "$LOGS"
   exec 9>"$STATE/.lock"
   flock -w 600 9 || die "another services.sh holds $STATE/.lock"
+  check_disk
   ensure_packages
   start_pulsar   # slowest: launched first, awaited last
   ensure_pulsar_client_certs
@@ -675,6 +697,11 @@ cmd_status() {
   elif s3_answers; then echo "s3             up    (not started by this script)  $S3_URL"
   else echo "s3             down"; down=1; fi
   auth_status || down=1
+  local headroom
+  headroom=$(disk_headroom_mb)
+  if ((headroom < 1024)); then
+    echo "disk           FULL  ${headroom} MB left before the broker stops taking writes (99 %)"; down=1
+  else echo "disk           ok    $((headroom / 1024)) GB left before the broker stops taking writes (99 %)"; fi
   return $((down ? 3 : 0))
 }
 

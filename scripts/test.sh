@@ -21,10 +21,27 @@ if ! command -v cargo >/dev/null; then
 fi
 # protoc is needed by the pulsar crate's build script; services.sh installs it.
 export PROTOC=${PROTOC:-$(command -v protoc)}
-export RUST_BACKTRACE=${RUST_BACKTRACE:-0}
+# A failing test's own message, not a backtrace per failure: CI shows only the output's tail.
+export RUST_BACKTRACE=${FC_TEST_BACKTRACE:-0}
+
+# What was down or full when the suite failed: dozens of tests timing out usually share one
+# cause (e.g. the broker's disk past 99 %), which this names.
+services_report() {
+  echo "test.sh: services after the failure:" >&2
+  bash scripts/services.sh status >&2 || true
+  grep -h "out of space\|NotEnoughBookies\|OutOfMemory" .services/logs/pulsar.log 2>/dev/null |
+    tail -n 3 | cut -c1-300 >&2 || true
+}
 
 cargo build --all-targets --locked
-cargo test --all-targets --locked -- --test-threads "${FC_TEST_THREADS:-4}"
+# The build is the suite's largest write: check the broker can still take writes after it.
+if ! bash scripts/services.sh status >/dev/null; then
+  echo "test.sh: a service is down or the disk is full after the build; not running the tests" >&2
+  bash scripts/services.sh status >&2 || true
+  exit 1
+fi
+cargo test --all-targets --locked -- --test-threads "${FC_TEST_THREADS:-4}" ||
+  { rc=$?; services_report; exit "$rc"; }
 # The chaos suite's short version (the full one is `bash scripts/chaos.sh`): SIGKILLs and
 # frozen Redis, S3 and broker while 20,000 events flow; nothing lost, duplicated or stale.
 PEERS_PY=$(bash bench/peers/setup_venv.sh | tail -1)
