@@ -75,6 +75,11 @@ pub struct ServingConfig {
     /// memory that requests in flight hold).
     #[serde(default = "default_max_concurrent")]
     pub max_concurrent_requests: usize,
+    /// Threads of the reads' own runtime, apart from the pipelines' workers: one keeps a
+    /// read from queueing behind ingest and costs the least CPU per request; more serve
+    /// large requests faster on a box with cores to spare.
+    #[serde(default = "default_serving_threads")]
+    pub threads: usize,
     /// Feast feature services by name: each a list of `view:feature` references or whole
     /// views (`view`), as `feature_service` in `/get-online-features` names them.
     #[serde(default)]
@@ -91,6 +96,7 @@ impl Default for ServingConfig {
             max_body_bytes: default_max_body_bytes(),
             request_timeout: default_request_timeout(),
             max_concurrent_requests: default_max_concurrent(),
+            threads: default_serving_threads(),
             feature_services: BTreeMap::new(),
         }
     }
@@ -107,6 +113,7 @@ impl std::fmt::Debug for ServingConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("request_timeout", &self.request_timeout)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("threads", &self.threads)
             .field("feature_services", &self.feature_services)
             .finish()
     }
@@ -163,6 +170,10 @@ fn default_max_concurrent() -> usize {
     64
 }
 
+fn default_serving_threads() -> usize {
+    1
+}
+
 fn default_shutdown_timeout() -> std::time::Duration {
     std::time::Duration::from_secs(25)
 }
@@ -207,6 +218,7 @@ impl ServiceConfig {
             ("max_entities_per_request", serving.max_entities_per_request),
             ("max_body_bytes", serving.max_body_bytes),
             ("max_concurrent_requests", serving.max_concurrent_requests),
+            ("threads", serving.threads),
         ] {
             if value == 0 {
                 issues.push(issue(key, "must be at least 1".into()));

@@ -88,7 +88,8 @@ async fn reads_are_served_on_their_own_listener_and_probes_on_theirs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_serving_bind_needs_a_token() {
     let port = free_port();
-    let project = serving_project("").await;
+    // Reads on a runtime of two threads here (`serving.threads`), on one in the other tests.
+    let project = serving_project("  threads: 2").await;
     let open_bind = [("FC_SERVING_BIND", format!("0.0.0.0:{port}"))];
     let env: Vec<(&str, &str)> = open_bind.iter().map(|(k, v)| (*k, v.as_str())).collect();
 
@@ -194,6 +195,7 @@ async fn serving_settings_are_checked_like_other_config() {
             "serving.max_entities_per_request",
             "at least 1",
         ),
+        ("  threads: 0", "serving.threads", "at least 1"),
         (
             "  request_timeout: 0s",
             "serving.request_timeout",
