@@ -12,6 +12,16 @@ use crate::sink::redis::{OnlineReader, OnlineView};
 
 /// Runs all pipelines until SIGTERM/SIGINT, then drains within the shutdown deadline.
 pub async fn run(args: ConfigArgs) -> ExitCode {
+    // Before anything else: a SIGTERM during start-up (a rollout that moves on quickly)
+    // then stops the connector cleanly instead of killing it by the signal's default action.
+    let cancel = CancellationToken::new();
+    let signals = match ShutdownSignals::install() {
+        Ok(signals) => tokio::spawn(signals.wait(cancel.clone())),
+        Err(e) => {
+            eprintln!("error: cannot install the SIGTERM/SIGINT handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let (service, pipelines) = match args.load() {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -31,9 +41,7 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let cancel = CancellationToken::new();
     let deadline = service.shutdown_timeout;
-    let signals = tokio::spawn(wait_for_signal(cancel.clone()));
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let health = Arc::new(crate::health::Health::default());
     let mut listeners = Vec::new();
@@ -72,6 +80,7 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
             }
         }
     }
+    // The integration tests wait for this line before they send SIGTERM.
     tracing::info!(pipelines = pipelines.len(), "starting");
     let runtime = crate::pipeline::run(
         &service,
@@ -147,25 +156,39 @@ fn online_reads(service: &ServiceConfig, views: Vec<OnlineView>) -> Reads {
     }
 }
 
-async fn wait_for_signal(cancel: CancellationToken) {
+/// The signals that stop `run`, registered as soon as it starts so that none is missed.
+struct ShutdownSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            tracing::error!("cannot install signal handlers");
-            return;
-        };
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Cancels `cancel` at the first SIGTERM or SIGINT.
+    async fn wait(mut self, cancel: CancellationToken) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = self.int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        cancel.cancel();
     }
-    cancel.cancel();
 }

@@ -56,6 +56,15 @@ pub struct Project {
 }
 
 /// A TCP port nobody listens on right now.
+/// A process's exit code, or 128 + the signal that ended it (as a shell reports it).
+pub fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .unwrap_or(-1)
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -305,13 +314,42 @@ pub struct Connector {
 impl Connector {
     /// SIGTERM, then waits for the exit code.
     pub fn stop(mut self) -> i32 {
+        self.wait_started();
         let pid = i32::try_from(self.child.id()).expect("pid");
         // SAFETY: signalling our own child process.
         unsafe {
             libc::kill(pid, libc::SIGTERM);
         }
         let status = self.child.wait().expect("wait connector");
-        status.code().unwrap_or(-1)
+        let code = exit_code(status);
+        if code != 0 {
+            // Shown with the failing assertion: why the connector did not stop cleanly.
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!(
+                "connector exited with {status} on SIGTERM; the end of {}:\n{}",
+                self.log.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        code
+    }
+
+    /// Waits (up to 30 s) for the connector's `starting` line, written once its signal
+    /// handlers are in place, or for its exit: a SIGTERM sent in the first milliseconds of
+    /// the process (a test whose backlog was already drained) would otherwise end it by the
+    /// signal's default action.
+    fn wait_started(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let exited = matches!(self.child.try_wait(), Ok(Some(_)));
+            let started = std::fs::read_to_string(&self.log)
+                .is_ok_and(|log| log.contains("cli::run: starting"));
+            if exited || started {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// SIGTERM, then the exit code and the whole log (shutdown included).
