@@ -55,7 +55,6 @@ pub struct Project {
     pub serving_port: u16,
 }
 
-/// A TCP port nobody listens on right now.
 /// A process's exit code, or 128 + the signal that ended it (as a shell reports it).
 pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
@@ -65,6 +64,7 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
         .unwrap_or(-1)
 }
 
+/// A TCP port nobody listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
