@@ -38,8 +38,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import (ADMIN, BIN, CORES, REDIS_URL, Process, at_least, at_most, delete_topic,  # noqa: E402
-                 ensure_namespace, fmt, free_port, proc_cpu_seconds, ratio, redis_cli, redis_info,
+from run import (ADMIN, BIN, CORES, REDIS_URL, Process, at_least, at_most, connector_acked,  # noqa: E402
+                 delete_topic, ensure_namespace, fmt, free_port, proc_cpu_seconds, ratio, redis_cli, redis_info,
                  verdict)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,9 +56,6 @@ FEATURES = [("clicks_1h", "Int64"), ("views_1h", "Int64"), ("last_item_id", "Int
             ("segment", "String")]
 # A client thread busier than this share of the window may be what bounds a row.
 CLIENT_BOUND = 0.9
-ACKED = re.compile(r'^feature_connector_messages_acked_total\{[^}]*\} (\S+)$', re.M)
-
-
 def log(message):
     print(f"[serving {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -86,6 +83,12 @@ def wait_until(what, check, timeout=120, every=0.2):
             pass
         time.sleep(every)
     raise RuntimeError(f"timed out waiting for {what}")
+
+
+def acked_by_every_lane(port):
+    """Messages that every lane of the connector has acknowledged (0 until /metrics answers)."""
+    acked = connector_acked(port)
+    return min(acked.values()) if acked else 0.0
 
 
 def children(pid):
@@ -267,11 +270,10 @@ def main():
         connector = Process([str(BIN), "run", *config], env=env, log_path=work / "connector.log")
 
         def written():
-            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=2) as r:
-                acked = [float(n) for n in ACKED.findall(r.read().decode())]
+            acked = acked_by_every_lane(http_port)
             if connector.proc.poll() is not None:
                 raise RuntimeError(f"the connector exited: see {work / 'connector.log'}")
-            return acked and min(acked) >= args.entities
+            return acked >= args.entities
 
         wait_until("the connector to write every entity", written, timeout=300)
         ingest_s = time.time() - started

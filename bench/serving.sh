@@ -7,6 +7,13 @@
 #
 #   bash bench/serving.sh                                  # full run (about 4 minutes once built)
 #   bash bench/serving.sh --duration 3s --rounds 1         # smoke
+#
+# `ingest` runs bench/serving_ingest.py instead: 1-entity reads at 1,000/s while the
+# connector drains a backlog of 1,000,000 events (B: target/release/feature-connector):
+#
+#   bash bench/serving.sh ingest                           # this build, 2 rounds
+#   bash bench/serving.sh ingest --threads 1,2 B B         # serving.threads 1 against 2
+#   bash bench/serving.sh ingest /tmp/old/feature-connector B   # another build against this
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -14,5 +21,9 @@ bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
 cargo build --release --quiet --bin feature-connector --bin feature-connector-loadgen --example serving_load
+if [[ "${1:-}" == ingest ]]; then
+  shift
+  exec python3 bench/serving_ingest.py "$@"
+fi
 PY=$(bash scripts/feast_env.sh | tail -1)
 exec "$PY" bench/serving.py --python "$PY" "$@"

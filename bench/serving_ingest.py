@@ -1,5 +1,5 @@
 """Reads while the connector ingests: the tail of online reads served by a connector that is
-draining a backlog at full speed at the same time (run it through bench/serving_ingest.sh).
+draining a backlog at full speed at the same time (run it through `bash bench/serving.sh ingest`).
 
 Each round, for each binary given (default: the release build; give two to compare builds
 or settings on the same box, their rounds alternated):
@@ -20,19 +20,12 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 from run import BIN, Process, delete_topic, ensure_namespace, free_port
-from serving import (ACKED, BENCH, FEATURES, KEY, KEY_PREFIX, SERVING, VIEW, loadgen, log,
+from serving import (BENCH, FEATURES, KEY, KEY_PREFIX, SERVING, VIEW, acked_by_every_lane, loadgen, log,
                      parse_seconds, project_keys, wait_until)
-
-
-def acked(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-        counts = [float(n) for n in ACKED.findall(r.read().decode())]
-    return min(counts) if counts else 0.0
 
 
 def accepts(port):
@@ -59,7 +52,7 @@ def one_round(binary, args, work, threads):
     try:
         produce(args.entities)
         connector = Process([str(binary), "run", *config], env=env, log_path=work / "first.log")
-        wait_until("the entities to be written", lambda: acked(http_port) >= args.entities, timeout=300)
+        wait_until("the entities to be written", lambda: acked_by_every_lane(http_port) >= args.entities, timeout=300)
         connector.stop()
         produce(args.events)
         connector = Process([str(binary), "run", *config], env=env, log_path=work / "drain.log")
@@ -68,7 +61,7 @@ def one_round(binary, args, work, threads):
         cpu_before = connector.cpu_seconds()
         reads = loadgen("feast", f"127.0.0.1:{serving_port}", 1, args, {}, args.window_s,
                         rate=args.rate, project=project)
-        wait_until("the backlog to drain", lambda: acked(http_port) >= args.events, timeout=600, every=0.05)
+        wait_until("the backlog to drain", lambda: acked_by_every_lane(http_port) >= args.events, timeout=600, every=0.05)
         drained = time.time() - started
         cpu = connector.cpu_seconds() - cpu_before
         connector.stop()
