@@ -1,7 +1,7 @@
 """Profiling aid: drain an already published bench topic (bench/run.py publishes one; or
 `feature-connector produce --root bench --pipeline bench --topic T --count N --entities 100000
 --zipf 1.1 --batch 100 --producers 4`) with the release connector on a new subscription, from
-empty Redis keys, and print one JSON line: wall time until every lane acknowledged (its /metrics then in /tmp/drain-metrics.txt), when the
+empty Redis keys, and print one JSON line: wall time from the connector's first received message until every lane acknowledged (its /metrics then in /tmp/drain-metrics.txt), when the
 online sink had written every row, events/s, CPU µs per event of the connector, redis-server
 and the broker (/proc), the connector's RSS peak, the Parquet bytes written and Redis's command counts.
 
@@ -32,7 +32,7 @@ rpid = r.info("server")["process_id"]; bpid = int((STATE / "pulsar.pid").read_te
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
 off = tempfile.mkdtemp(prefix="drain-offline-")
 env = dict(os.environ, BENCH_TOPIC=topic, BENCH_SUBSCRIPTION=sub, BENCH_DELIVERY=delivery,
-           BENCH_OFFLINE_URL=f"file://{off}", FC_HTTP_BIND=f"127.0.0.1:{port}", RUST_LOG="warn", FC_INSTANCE_ID="drain")
+           BENCH_OFFLINE_URL=f"file://{off}", FC_HTTP_BIND=f"127.0.0.1:{port}", RUST_LOG=os.environ.get("DRAIN_RUST_LOG", "warn"), FC_INSTANCE_ID="drain")
 if queue: env["BENCH_QUEUE"] = queue
 subs = [sub] if delivery == "shared" else [f"{sub}-online", f"{sub}-offline"]
 cmd0 = {k: v["calls"] for k, v in r.info("commandstats").items()}
@@ -44,10 +44,18 @@ while True:
     except Exception:
         if p.poll() is not None: sys.exit("connector died, see /tmp/drain-connector.log")
         time.sleep(0.05)
-t0 = time.time(); c0 = cpu(p.pid); r0 = cpu(rpid); b0 = cpu(bpid); rss = 0; received_at = None
-def received():
+ready = time.time(); c0 = cpu(p.pid); r0 = cpu(rpid); b0 = cpu(bpid); rss = 0; received_at = None
+def metric_sum(name, sink=None):
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-    return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("feature_connector_rows_written_total") and 'sink="online"' in l)
+    return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(name + "{") and (sink is None or f'sink="{sink}"' in l))
+# Timed from the first message, as the bare readers time themselves (a Failover subscription
+# gets nothing for its first second: the broker's activeConsumerFailoverDelayTimeMillis).
+while metric_sum("feature_connector_messages_received_total") == 0:
+    if p.poll() is not None: sys.exit("connector died, see /tmp/drain-connector.log")
+    time.sleep(0.005)
+t0 = time.time()
+def received():
+    return metric_sum("feature_connector_rows_written_total", "online")
 while True:
     if received_at is None and received() >= events: received_at = time.time() - t0
     bl = [backlog(topic, s) for s in subs]
@@ -64,6 +72,6 @@ cmd1 = {k: v["calls"] for k, v in r.info("commandstats").items()}
 d = {k: cmd1[k] - cmd0.get(k, 0) for k in cmd1 if cmd1[k] - cmd0.get(k, 0) > 0}
 parquet = sum(f.stat().st_size for f in Path(off).rglob("*.parquet"))
 import shutil; shutil.rmtree(off, ignore_errors=True)
-print(json.dumps({"delivery": delivery, "queue": queue, "wall_s": round(wall, 2), "online_written_s": round(received_at or 0, 2), "events_per_s": round(events / wall),
+print(json.dumps({"delivery": delivery, "queue": queue, "first_message_s": round(t0 - ready, 2), "wall_s": round(wall, 2), "online_written_s": round(received_at or 0, 2), "events_per_s": round(events / wall),
                   "connector_cpu_us_ev": round(cc * 1e6 / events, 2), "redis_cpu_us_ev": round(rc * 1e6 / events, 2),
                   "broker_cpu_us_ev": round(bc * 1e6 / events, 2), "rss_peak_mb": rss, "parquet_mb": round(parquet / 1e6, 1), "redis_cmds": d}))

@@ -56,6 +56,7 @@ HARNESS_COMMANDS = {"info", "scan", "del", "ping"}
 POLL_SECONDS = 0.05
 # Messages each lane acknowledged, by the `sink` label of the connector's /metrics.
 ACKED = re.compile(r'^feature_connector_messages_acked_total\{[^}]*sink="([^"]+)"[^}]*\} (\S+)$', re.M)
+RECEIVED = re.compile(r'^feature_connector_messages_received_total\{[^}]*\} (\S+)$', re.M)
 JAVA_CLIENT_VERSION = re.search(r"<pulsar.version>(.*)</pulsar.version>",
                                 (BENCH / "peers/java-consumer/pom.xml").read_text()).group(1)
 
@@ -349,9 +350,34 @@ def connector_acked(port):
         return {}
 
 
+def connector_received(port):
+    """Messages the connector's lanes received so far."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return sum(float(n) for n in RECEIVED.findall(r.read().decode()))
+    except OSError:
+        return 0.0
+
+
+def wait_first_message(port, connector, timeout=30):
+    """When the connector's lanes received their first message. The bare readers time
+    themselves from their first message, so the connector is timed from its own: a Failover
+    subscription gets nothing for its first second (the broker's
+    activeConsumerFailoverDelayTimeMillis, 1,000 by default; an Exclusive one waits ~5 ms)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if connector_received(port) > 0:
+            return time.time()
+        if connector.proc.poll() is not None:
+            raise RuntimeError("connector exited before its first message")
+        time.sleep(0.005)
+    raise RuntimeError("the connector received nothing")
+
+
 def run_connector_closed_loop(topic, events, work, services, delivery, subscription):
-    """The connector draining `topic` on a new subscription, until every lane's backlog is 0.
-    CPU (its own, the broker's, Redis's) is read at that moment, before it is stopped."""
+    """The connector draining `topic` on a new subscription, timed from its first received
+    message until every lane's backlog is 0 (every sink has every event durable). CPU (its
+    own, the broker's, Redis's) is read at that moment, before it is stopped."""
     port = free_port()
     offline = work / f"offline-{subscription}"
     env = connector_env(topic, subscription, offline, port, delivery)
@@ -360,7 +386,8 @@ def run_connector_closed_loop(topic, events, work, services, delivery, subscript
     connector = Process([str(BIN), "run", "--root", str(BENCH)], env=env,
                         log_path=work / f"connector-{subscription}.log", stdin=subprocess.DEVNULL)
     wait_ready(port)
-    started = time.time()
+    ready = time.time()
+    started = wait_first_message(port, connector)
     online_done = None
     broker_check = started
     while True:
@@ -388,6 +415,7 @@ def run_connector_closed_loop(topic, events, work, services, delivery, subscript
     return {
         "events": events,
         "seconds": seconds,
+        "first_message_s": started - ready,
         "online_seconds": online_done,
         "events_per_s": events / seconds,
         "cpu_seconds": cpu,
@@ -734,7 +762,8 @@ def render(args, floors, rows, open_loop, broker_latency, raw_bytes):
             f"| {fmt(per_million(r['redis_net_s'], writes), 2)} | {fmt(r.get('rss_peak_mb'))} |")
     lines += [
         "",
-        f"Connector, shared: drained after {fmt(shared['seconds'], 2)} s; RSS steady "
+        f"Connector, shared: drained {fmt(shared['seconds'], 2)} s after its first message, which came "
+        f"{fmt(shared['first_message_s'], 2)} s after it was ready (the broker's Failover activation delay); RSS steady "
         f"{fmt(shared['rss_steady_mb'])} MB, peak {fmt(shared['rss_peak_mb'])} MB; "
         f"{fmt(shared['redis_writes'])} Redis writes for {shared['events']:,} events "
         f"({fmt(ratio(shared['events'], shared['redis_writes']), 2)} events per write: the newest row per "
