@@ -76,6 +76,11 @@ pub struct OfflineSinkConfig {
     /// A rollover happens once its first row is this old.
     #[serde(default = "default_rollover_interval", with = "humantime_serde")]
     pub rollover_interval: Duration,
+    /// A rollover holding at least a tenth of `rollover_rows` also happens once no row has
+    /// come for this long (a burst or a catch-up ended), instead of waiting out
+    /// `rollover_interval`; `0s` turns it off.
+    #[serde(default = "default_idle_commit", with = "humantime_serde")]
+    pub idle_commit: Duration,
     /// Column compression.
     #[serde(default)]
     pub compression: Compression,
@@ -112,6 +117,11 @@ fn default_rollover_rows() -> usize {
 }
 fn default_rollover_interval() -> Duration {
     Duration::from_secs(60)
+}
+/// Long enough that a stream's short stalls do not cut a rollover, short against the
+/// interval: the end of a catch-up is committed (and acknowledged) within a quarter second.
+fn default_idle_commit() -> Duration {
+    Duration::from_millis(200)
 }
 fn default_zstd_level() -> i32 {
     3

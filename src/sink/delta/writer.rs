@@ -41,6 +41,8 @@ pub struct DeltaSink {
     pub(super) schema_fingerprint: String,
     pub(super) cancel: CancellationToken,
     pub(super) metrics: Option<Arc<Metrics>>,
+    /// When the last rows were taken into the rollover.
+    pub(super) last_row_at: Option<std::time::Instant>,
 }
 
 impl DeltaSink {
@@ -63,6 +65,7 @@ impl DeltaSink {
             schema_fingerprint: String::new(),
             cancel,
             metrics: None,
+            last_row_at: None,
         }
     }
 
@@ -173,6 +176,29 @@ impl DeltaSink {
             .opened_at
             .is_some_and(|opened| opened.elapsed() >= self.config.rollover_interval)
     }
+
+    fn due_when_idle(&self) -> bool {
+        self.last_row_at.is_some_and(|last| {
+            idle_commit_due(
+                self.rollover.rows(),
+                self.config.rollover_rows,
+                last.elapsed(),
+                self.config.idle_commit,
+            )
+        })
+    }
+}
+
+/// Whether a rollover of `rows` commits early because no row came for `quiet`: only when
+/// the rule is on (`idle_commit` > 0) and the rollover holds at least a tenth of
+/// `rollover_rows`, so that a trickle of events does not become a file per event.
+pub(super) fn idle_commit_due(
+    rows: usize,
+    rollover_rows: usize,
+    quiet: std::time::Duration,
+    idle_commit: std::time::Duration,
+) -> bool {
+    !idle_commit.is_zero() && rows > 0 && rows >= rollover_rows / 10 && quiet >= idle_commit
 }
 
 fn log_opened(table: &OfflineTable, opened: &Opened) {
@@ -229,6 +255,7 @@ impl Sink for DeltaSink {
             .rollover
             .take(rows, batch.row_positions, batch.positions)
             .map_err(fatal)?;
+        self.last_row_at = Some(std::time::Instant::now());
         if rewound > 0 {
             tracing::info!(
                 rows = rewound,
@@ -257,7 +284,7 @@ impl Sink for DeltaSink {
     }
 
     async fn tick(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
-        if self.due_by_age() {
+        if self.due_by_age() || self.due_when_idle() {
             self.commit().await
         } else {
             Ok(Vec::new())
