@@ -161,24 +161,41 @@ fn an_idle_rollover_commits_early_only_when_it_holds_a_tenth_of_rollover_rows() 
     use std::time::Duration;
     let quiet = Duration::from_millis(300);
     let idle = Duration::from_millis(200);
-    assert!(idle_commit_due(5_000, 50_000, quiet, idle), "a tenth, quiet long enough");
-    assert!(!idle_commit_due(4_999, 50_000, quiet, idle), "a trickle waits for the interval");
-    assert!(!idle_commit_due(5_000, 50_000, Duration::from_millis(100), idle), "rows still coming");
-    assert!(!idle_commit_due(5_000, 50_000, quiet, Duration::ZERO), "0s turns it off");
+    assert!(
+        idle_commit_due(5_000, 50_000, quiet, idle),
+        "a tenth, quiet long enough"
+    );
+    assert!(
+        !idle_commit_due(4_999, 50_000, quiet, idle),
+        "a trickle waits for the interval"
+    );
+    assert!(
+        !idle_commit_due(5_000, 50_000, Duration::from_millis(100), idle),
+        "rows still coming"
+    );
+    assert!(
+        !idle_commit_due(5_000, 50_000, quiet, Duration::ZERO),
+        "0s turns it off"
+    );
     assert!(!idle_commit_due(0, 5, quiet, idle), "nothing to commit");
-    assert!(idle_commit_due(1, 5, quiet, idle), "a tenth of 5 rounds down to 0: any row");
+    assert!(
+        idle_commit_due(1, 5, quiet, idle),
+        "a tenth of 5 rounds down to 0: any row"
+    );
 }
 
 #[tokio::test]
 async fn a_tick_after_the_rows_stop_commits_without_waiting_for_the_interval(
 ) -> Result<(), SinkError> {
     let context = context();
-    let builder =
-        builder_with("rollover_rows: 100\nrollover_interval: 1h\nidle_commit: 50ms\n");
+    let builder = builder_with("rollover_rows: 100\nrollover_interval: 1h\nidle_commit: 50ms\n");
     let spec = builder.table_spec(&context)?;
     let mut sink = sink_on(&spec, &builder).await;
     sink.start().await?;
-    assert!(sink.write(batch(0..=9, &context.output_schema)).await?.is_empty());
+    assert!(sink
+        .write(batch(0..=9, &context.output_schema))
+        .await?
+        .is_empty());
     assert!(sink.tick().await?.is_empty(), "the rows have just come");
     tokio::time::sleep(std::time::Duration::from_millis(60)).await;
     let durable = sink.tick().await?;
@@ -190,9 +207,15 @@ async fn a_tick_after_the_rows_stop_commits_without_waiting_for_the_interval(
     let spec = builder.table_spec(&context)?;
     let mut off = sink_on(&spec, &builder).await;
     off.start().await?;
-    assert!(off.write(batch(10..=19, &context.output_schema)).await?.is_empty());
+    assert!(off
+        .write(batch(10..=19, &context.output_schema))
+        .await?
+        .is_empty());
     tokio::time::sleep(std::time::Duration::from_millis(60)).await;
-    assert!(off.tick().await?.is_empty(), "0s: only the interval or the size commit");
+    assert!(
+        off.tick().await?.is_empty(),
+        "0s: only the interval or the size commit"
+    );
     assert_eq!(off.pending_rows(), 10);
     Ok(())
 }
