@@ -15,9 +15,17 @@ use crate::record::{event_time_millis, RowBatch};
 use crate::sink::{Sink, SinkError};
 use crate::source::MessagePosition;
 
-/// Batches a sink task may hold before the lane waits for it: enough to ride out a
-/// rollover commit at full speed without stopping the other sinks.
-pub const SINK_QUEUE_BATCHES: usize = 64;
+/// Rows a sink task may hold before the lane waits for it: enough to ride out a rollover
+/// commit at full speed without stopping the other sinks. Counted in rows, so that larger
+/// batches do not make the queue's memory larger.
+pub const SINK_QUEUE_ROWS: usize = 64_000;
+
+/// The queue of a sink task, in batches of at most `max_batch` messages: about
+/// [`SINK_QUEUE_ROWS`] rows, and never fewer than two batches (one being written, one
+/// waiting) nor more than 64.
+pub fn queue_batches(max_batch: usize) -> usize {
+    (SINK_QUEUE_ROWS / max_batch.max(1)).clamp(2, 64)
+}
 
 /// How often a sink is given a tick (time-based work such as a rollover): often enough
 /// that the offline sink's `idle_commit` (200 ms by default) is noticed within a quarter.
@@ -59,9 +67,9 @@ pub struct SinkTaskContext {
     pub reports: mpsc::UnboundedSender<SinkReport>,
 }
 
-/// Starts the task of one sink.
-pub fn spawn(sink: Box<dyn Sink>, context: SinkTaskContext) -> SinkHandle {
-    let (batches, receiver) = mpsc::channel(SINK_QUEUE_BATCHES);
+/// Starts the task of one sink, behind a queue of `queue_batches` batches.
+pub fn spawn(sink: Box<dyn Sink>, queue_batches: usize, context: SinkTaskContext) -> SinkHandle {
+    let (batches, receiver) = mpsc::channel(queue_batches);
     let task = tokio::spawn(run(sink, receiver, context));
     SinkHandle { batches, task }
 }
@@ -175,5 +183,27 @@ fn observe_freshness(
     let by_event = metrics.freshness_event_time_seconds.get_or_create(labels);
     for &event in event_times {
         by_event.observe((now_ms - event).max(0) as f64 / 1000.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::queue_batches;
+
+    #[test]
+    fn a_sink_queue_holds_about_the_same_rows_whatever_the_batch_size() {
+        assert_eq!(queue_batches(1_000), 64);
+        assert_eq!(queue_batches(4_000), 16);
+        assert_eq!(queue_batches(100), 64, "at most 64 batches");
+        assert_eq!(
+            queue_batches(100_000),
+            2,
+            "at least one written, one waiting"
+        );
+        assert_eq!(
+            queue_batches(0),
+            64,
+            "0 is refused by validation; no division by it"
+        );
     }
 }

@@ -130,8 +130,11 @@ fn default_pattern_refresh() -> Duration {
 fn default_receiver_queue() -> u32 {
     20_000
 }
+/// Measured (README, "Performance"): a catch-up in batches of 2,000 drains ~8 % faster than
+/// in batches of 1,000, with ~12 % fewer Redis writes (the newest row per entity per batch);
+/// a live stream's batches stay small, since `max_batch_wait` closes them.
 fn default_max_batch() -> usize {
-    1000
+    2000
 }
 fn default_linger() -> Duration {
     Duration::from_millis(5)
