@@ -21,8 +21,11 @@ pub fn stdout_of(output: &std::process::Output) -> String {
 async fn compaction_while_the_connector_writes_keeps_every_row_and_vacuum_deletes_the_rest() {
     const EVENTS: u64 = 10_000;
     let project = Project::new(&redis_url());
-    project.pipeline(
+    // A rollover overshoots `rollover_rows` by up to one batch: batches of 500 keep the
+    // files at 500 rows, so that compaction has many to merge.
+    project.pipeline_with_source(
         "cmp",
+        "  max_batch_messages: 500\n",
         "online:\n  enabled: false",
         "offline:\n  url: file://offline\n  rollover_rows: 500\n  rollover_interval: 1s",
     );

@@ -191,6 +191,24 @@ impl Project {
         );
     }
 
+    /// Like [`Project::pipeline`] with whole lines added to `source:` (e.g.
+    /// `"  max_batch_messages: 500\n"`).
+    pub fn pipeline_with_source(
+        &self,
+        name: &str,
+        source_extra: &str,
+        online: &str,
+        offline: &str,
+    ) {
+        self.write_pipeline(
+            name,
+            source_extra,
+            "  file: schemas/user_profile.avsc",
+            online,
+            offline,
+        );
+    }
+
     /// Writes `connectors/{name}.yaml`; `source_extra` holds whole lines added to `source:`.
     fn write_pipeline(
         &self,
