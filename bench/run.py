@@ -341,22 +341,23 @@ def dir_bytes(path):
     return sum(f.stat().st_size for f in Path(path).rglob("*.parquet"))
 
 
-def connector_acked(port):
-    """Messages each lane of the connector acknowledged so far, by its `sink` label."""
+def connector_metrics(port):
+    """The connector's /metrics text; empty while it does not answer."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            return {sink: float(n) for sink, n in ACKED.findall(r.read().decode())}
+            return r.read().decode()
     except OSError:
-        return {}
+        return ""
+
+
+def connector_acked(port):
+    """Messages each lane of the connector acknowledged so far, by its `sink` label."""
+    return {sink: float(n) for sink, n in ACKED.findall(connector_metrics(port))}
 
 
 def connector_received(port):
     """Messages the connector's lanes received so far."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            return sum(float(n) for n in RECEIVED.findall(r.read().decode()))
-    except OSError:
-        return 0.0
+    return sum(float(n) for n in RECEIVED.findall(connector_metrics(port)))
 
 
 def wait_first_message(port, connector, timeout=30):

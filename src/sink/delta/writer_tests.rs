@@ -96,14 +96,22 @@ async fn sink_on(spec: &TableSpec, builder: &DeltaSinkBuilder) -> DeltaSink {
     )
 }
 
+/// A started sink on a new table of `builder`'s, and the table's spec.
+async fn started_sink(
+    builder: &DeltaSinkBuilder,
+    context: &SinkContext,
+) -> Result<(TableSpec, DeltaSink), SinkError> {
+    let spec = builder.table_spec(context)?;
+    let mut sink = sink_on(&spec, builder).await;
+    sink.start().await?;
+    Ok((spec, sink))
+}
+
 #[tokio::test]
 async fn a_rollover_is_one_commit_and_acknowledges_its_messages_in_order() -> Result<(), SinkError>
 {
     let context = context();
-    let builder = builder(4);
-    let spec = builder.table_spec(&context)?;
-    let mut sink = sink_on(&spec, &builder).await;
-    sink.start().await?;
+    let (spec, mut sink) = started_sink(&builder(4), &context).await?;
     assert!(sink
         .write(batch(0..=2, &context.output_schema))
         .await?
@@ -189,9 +197,7 @@ async fn a_tick_after_the_rows_stop_commits_without_waiting_for_the_interval(
 ) -> Result<(), SinkError> {
     let context = context();
     let builder = builder_with("rollover_rows: 100\nrollover_interval: 1h\nidle_commit: 50ms\n");
-    let spec = builder.table_spec(&context)?;
-    let mut sink = sink_on(&spec, &builder).await;
-    sink.start().await?;
+    let (spec, mut sink) = started_sink(&builder, &context).await?;
     assert!(sink
         .write(batch(0..=9, &context.output_schema))
         .await?
@@ -204,9 +210,7 @@ async fn a_tick_after_the_rows_stop_commits_without_waiting_for_the_interval(
     assert_eq!(table.version(), 1, "created at 0, one idle commit");
 
     let builder = builder_with("rollover_rows: 100\nrollover_interval: 1h\nidle_commit: 0s\n");
-    let spec = builder.table_spec(&context)?;
-    let mut off = sink_on(&spec, &builder).await;
-    off.start().await?;
+    let (_, mut off) = started_sink(&builder, &context).await?;
     assert!(off
         .write(batch(10..=19, &context.output_schema))
         .await?

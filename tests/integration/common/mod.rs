@@ -182,13 +182,7 @@ impl Project {
     /// Like [`Project::pipeline`] with `source.delivery` set (`shared`, the default, or
     /// `per_sink`: then the subscriptions are `{name}-online` and `{name}-offline`).
     pub fn pipeline_with_delivery(&self, name: &str, delivery: &str, online: &str, offline: &str) {
-        self.write_pipeline(
-            name,
-            &format!("  delivery: {delivery}\n"),
-            "  file: schemas/user_profile.avsc",
-            online,
-            offline,
-        );
+        self.pipeline_with_source(name, &format!("  delivery: {delivery}\n"), online, offline);
     }
 
     /// Like [`Project::pipeline`] with whole lines added to `source:` (e.g.

@@ -19,6 +19,17 @@ use crate::{connection::RequestKey, error::ConnectionError};
 const CRC_CASTAGNOLI: crc::Crc<u32, crc::Table<16>> =
     crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
 
+// feature-connector patch: the checksum is computed over the frame's parts in place,
+// instead of over a copy of the whole payload made for it (both decoders call this).
+/// CRC32C of a payload frame as the producer computed it: metadata size, metadata, payload.
+fn payload_checksum(frame: &PayloadFrame<'_>, payload: &[u8]) -> u32 {
+    let mut digest = CRC_CASTAGNOLI.digest();
+    digest.update(&frame.metadata_size.to_be_bytes());
+    digest.update(frame.metadata);
+    digest.update(payload);
+    digest.finalize()
+}
+
 /// Pulsar binary message
 ///
 /// this structure holds any command sent to pulsar, like looking up a topic or
@@ -328,14 +339,7 @@ impl tokio_util::codec::Decoder for Codec {
 
                         let metadata = Metadata::decode(payload_frame.metadata)?;
 
-                        // feature-connector patch: the checksum is computed over the
-                        // frame's parts in place, instead of over a copy of the whole
-                        // payload made for it.
-                        let mut digest = CRC_CASTAGNOLI.digest();
-                        digest.update(&payload_frame.metadata_size.to_be_bytes());
-                        digest.update(payload_frame.metadata);
-                        digest.update(buf);
-                        let computed_crc_32 = digest.finalize();
+                        let computed_crc_32 = payload_checksum(&payload_frame, buf);
 
                         let checksum32 = payload_frame.checksum;
                         if checksum32 == computed_crc_32 {
@@ -456,14 +460,7 @@ impl asynchronous_codec::Decoder for Codec {
 
                         let metadata = Metadata::decode(payload_frame.metadata)?;
 
-                        // feature-connector patch: the checksum is computed over the
-                        // frame's parts in place, instead of over a copy of the whole
-                        // payload made for it.
-                        let mut digest = CRC_CASTAGNOLI.digest();
-                        digest.update(&payload_frame.metadata_size.to_be_bytes());
-                        digest.update(payload_frame.metadata);
-                        digest.update(buf);
-                        let computed_crc_32 = digest.finalize();
+                        let computed_crc_32 = payload_checksum(&payload_frame, buf);
 
                         let checksum32 = payload_frame.checksum;
                         if checksum32 == computed_crc_32 {
