@@ -147,8 +147,11 @@ async fn ten_thousand_events_reach_redis_local_disk_and_s3() {
     let run = unique("e2e");
     let local_prefix = format!("{run}l");
     let s3_prefix = format!("{run}s");
-    project.pipeline(
+    // A rollover overshoots `rollover_rows` by up to one batch: batches of 1,000 keep the
+    // 4,000-row rollovers at 4,000-4,999 rows, so that 10,000 rows make at least 3 files.
+    project.pipeline_with_source(
         "to_local",
+        "  max_batch_messages: 1000\n",
         &format!("online:\n  key_prefix: {local_prefix}\n  ttl: 1h"),
         "offline:\n  url: file://offline\n  rollover_rows: 4000\n  rollover_interval: 2s",
     );
