@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::source::{MessagePosition, Offset};
+use crate::source::{same_stream, stream_runs, MessagePosition, Offset};
 
 /// Counts, per received message, the sinks that have not made it durable yet.
 ///
@@ -38,7 +38,7 @@ impl AckGate {
         if self.sinks <= 1 {
             return;
         }
-        for run in positions.chunk_by(|a, b| a.topic == b.topic) {
+        for run in stream_runs(positions) {
             let topic = run[0].topic.as_ref();
             if !self.owed.contains_key(topic) {
                 self.owed.insert(topic.to_string(), FxHashMap::default());
@@ -62,7 +62,7 @@ impl AckGate {
         for position in positions {
             if !run
                 .as_ref()
-                .is_some_and(|(topic, _)| Arc::ptr_eq(topic, &position.topic))
+                .is_some_and(|(topic, _)| same_stream(topic, &position.topic))
             {
                 let owed = self.owed.get_mut(position.topic.as_ref());
                 run = Some((position.topic.clone(), owed));

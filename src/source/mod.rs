@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use self::position::{MessagePosition, Offset, StreamNames};
+pub use self::position::{
+    distinct_streams, same_stream, stream_runs, MessagePosition, Offset, StreamNames,
+};
 pub use self::pulsar::SourceError;
 
 /// One message as it came off the topic.

@@ -39,6 +39,32 @@ impl MessagePosition {
     }
 }
 
+/// Splits `positions` into runs of one stream each, in order. Batches are mostly one stream,
+/// so code that looks a stream up per run instead of per message saves a string hash or
+/// compare per message; positions of one stream share their name, so a pointer compare
+/// usually decides.
+pub fn stream_runs(positions: &[MessagePosition]) -> impl Iterator<Item = &[MessagePosition]> {
+    positions.chunk_by(|a, b| same_stream(&a.topic, &b.topic))
+}
+
+/// The distinct streams of some position lists, in first-seen order.
+pub fn distinct_streams<'a>(
+    lists: impl IntoIterator<Item = &'a [MessagePosition]>,
+) -> Vec<Arc<str>> {
+    let mut names: Vec<Arc<str>> = Vec::new();
+    for run in lists.into_iter().flat_map(stream_runs) {
+        if !names.iter().any(|name| same_stream(name, &run[0].topic)) {
+            names.push(run[0].topic.clone());
+        }
+    }
+    names
+}
+
+/// Whether two stream names are the same stream (a pointer compare when they are shared).
+pub fn same_stream(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
 /// Hands out one shared name per stream, so that a message's position costs no allocation.
 #[derive(Debug, Default)]
 pub struct StreamNames {

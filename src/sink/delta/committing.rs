@@ -40,8 +40,7 @@ impl DeltaSink {
                 }
                 self.stale = false;
             }
-            let buffered: Vec<MessagePosition> = self.rollover.positions().cloned().collect();
-            self.learn_positions(&buffered).await?;
+            self.learn_positions(&self.rollover.partitions()).await?;
             let table = self
                 .table
                 .as_ref()
@@ -69,9 +68,9 @@ impl DeltaSink {
                 .as_mut()
                 .ok_or_else(|| SinkError::fatal("no table"))?;
             // Same messages and same rows: the files written before a conflict still fit.
-            let ids = fingerprint(taken.rows(), taken.positions());
+            // (Fingerprinted only after a failed attempt: a commit that lands needs none.)
             let adds = match written.take() {
-                Some((same, adds)) if same == ids => adds,
+                Some((same, adds)) if same == fingerprint(taken.rows(), taken.positions()) => adds,
                 _ => {
                     let properties = writer_properties(
                         &self.config,
@@ -158,13 +157,13 @@ impl DeltaSink {
                             .get_or_create(&labels)
                             .inc();
                     }
-                    written = Some((ids, adds));
+                    written = Some((fingerprint(taken.rows(), taken.positions()), adds));
                     self.rollover.put_back(taken);
                     self.stale = true;
                 }
                 Err(CommitError::Failed(e)) => {
                     // It may have landed: the refresh at the top of the loop finds out.
-                    written = Some((ids, adds));
+                    written = Some((fingerprint(taken.rows(), taken.positions()), adds));
                     self.rollover.put_back(taken);
                     self.stale = true;
                     self.pause(&mut backoff, "offline commit failed", &e)

@@ -15,13 +15,14 @@
 //!   real, see [`Rollover::cuts`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::error::ArrowError;
 
 use super::positions::{commit_key, continues, message_key, CommittedPositions, MessageKey};
-use crate::source::MessagePosition;
+use crate::source::{distinct_streams, stream_runs, MessagePosition};
 
 /// A gap taken as real: the partition, what the table held, the message after the gap.
 pub type AcceptedGap = (String, MessageKey, MessageKey);
@@ -67,25 +68,16 @@ impl Buffered {
     }
 
     /// Drops the rows of messages the table already holds (the messages stay, to be
-    /// acknowledged); returns how many rows. Looks each message up once, and its partition
-    /// only when it differs from the previous message's (batches are mostly one partition).
+    /// acknowledged); returns how many rows. Looks each partition up once per run.
     fn drop_held(&mut self, held: &CommittedPositions) -> Result<usize, ArrowError> {
-        let mut partition: Option<(&str, Option<MessageKey>)> = None;
-        let keep_message: Vec<bool> = self
-            .positions
-            .iter()
-            .map(|position| {
-                let last = match partition {
-                    Some((topic, last)) if topic == position.topic.as_ref() => last,
-                    _ => {
-                        let last = held.get(&position.topic);
-                        partition = Some((&position.topic, last));
-                        last
-                    }
-                };
-                last.is_none_or(|last| message_key(position) > last)
-            })
-            .collect();
+        let mut keep_message = Vec::with_capacity(self.positions.len());
+        for run in stream_runs(&self.positions) {
+            let last = held.get(&run[0].topic);
+            keep_message.extend(
+                run.iter()
+                    .map(|position| last.is_none_or(|last| message_key(position) > last)),
+            );
+        }
         let row_keep: Vec<bool> = self
             .row_messages
             .iter()
@@ -160,7 +152,7 @@ impl Rollover {
             row_messages,
             positions,
         };
-        let mut index = 0;
+        let mut index = self.advance_in_order(&incoming.positions);
         while index < incoming.positions.len() {
             let position = &incoming.positions[index];
             let key = message_key(position);
@@ -198,6 +190,41 @@ impl Rollover {
         Ok(rewound)
     }
 
+    /// Records the newest message of each partition for the leading runs of `positions` that
+    /// continue past what was taken before (the usual case, checked with one lookup per run);
+    /// returns where the first run that rewinds starts (`positions.len()` when none does).
+    fn advance_in_order(&mut self, positions: &[MessagePosition]) -> usize {
+        let mut done = 0;
+        for run in stream_runs(positions) {
+            let newest = self.newest.get(run[0].topic.as_ref()).copied();
+            let mut last = newest;
+            let in_order = run.iter().all(|position| {
+                let key = message_key(position);
+                let ahead = last.is_none_or(|last| key > last);
+                last = Some(key);
+                ahead
+            });
+            if !in_order {
+                break;
+            }
+            if let Some(last) = last {
+                match self.newest.get_mut(run[0].topic.as_ref()) {
+                    Some(newest) => *newest = last,
+                    None => {
+                        self.newest.insert(run[0].topic.to_string(), last);
+                    }
+                }
+            }
+            done += run.len();
+        }
+        done
+    }
+
+    /// Distinct partitions of the buffered messages.
+    pub fn partitions(&self) -> Vec<Arc<str>> {
+        distinct_streams(self.batches.iter().map(|b| b.positions.as_slice()))
+    }
+
     /// Drops the rows of messages the table already holds (their messages stay, to be
     /// acknowledged); returns how many.
     pub fn drop_held(&mut self, held: &CommittedPositions) -> Result<usize, ArrowError> {
@@ -227,11 +254,11 @@ impl Rollover {
         grace: std::time::Duration,
     ) -> (HashMap<String, MessageKey>, Vec<AcceptedGap>) {
         let mut by_partition: BTreeMap<&str, Vec<&MessagePosition>> = BTreeMap::new();
-        for position in self.batches.iter().flat_map(|b| b.positions.iter()) {
+        for run in self.batches.iter().flat_map(|b| stream_runs(&b.positions)) {
             by_partition
-                .entry(position.topic.as_ref())
+                .entry(run[0].topic.as_ref())
                 .or_default()
-                .push(position);
+                .extend(run.iter());
         }
         let mut cuts = HashMap::new();
         let mut accepted = Vec::new();
@@ -283,14 +310,14 @@ impl Rollover {
         let mut taken = Rollover::default();
         let mut kept = Vec::new();
         for mut batch in std::mem::take(&mut self.batches) {
-            let within: Vec<bool> = batch
-                .positions
-                .iter()
-                .map(|p| {
-                    cuts.get(p.topic.as_ref())
-                        .is_some_and(|cut| message_key(p) <= *cut)
-                })
-                .collect();
+            let mut within = Vec::with_capacity(batch.positions.len());
+            for run in stream_runs(&batch.positions) {
+                let cut = cuts.get(run[0].topic.as_ref());
+                within.extend(
+                    run.iter()
+                        .map(|p| cut.is_some_and(|cut| message_key(p) <= *cut)),
+                );
+            }
             if within.iter().all(|w| *w) {
                 taken.batches.push(batch);
                 continue;
@@ -316,9 +343,11 @@ impl Rollover {
     /// standing for its whole entry when it completes it).
     pub fn commit_keys(&self) -> BTreeMap<String, MessageKey> {
         let mut keys: BTreeMap<&str, MessageKey> = BTreeMap::new();
-        for position in self.positions() {
-            let key = commit_key(position);
-            let entry = keys.entry(position.topic.as_ref()).or_insert(key);
+        for run in self.batches.iter().flat_map(|b| stream_runs(&b.positions)) {
+            let Some(key) = run.iter().map(commit_key).max() else {
+                continue;
+            };
+            let entry = keys.entry(run[0].topic.as_ref()).or_insert(key);
             *entry = (*entry).max(key);
         }
         keys.into_iter()
@@ -329,11 +358,12 @@ impl Rollover {
     /// Per topic partition, `[first, last]` message id, as JSON (file metadata).
     pub fn ranges_json(&self) -> String {
         let mut ranges: BTreeMap<&str, (&MessagePosition, &MessagePosition)> = BTreeMap::new();
-        for position in self.positions() {
+        for run in self.batches.iter().flat_map(|b| stream_runs(&b.positions)) {
+            let (first, last) = (&run[0], &run[run.len() - 1]);
             ranges
-                .entry(position.topic.as_ref())
-                .and_modify(|r| r.1 = position)
-                .or_insert((position, position));
+                .entry(first.topic.as_ref())
+                .and_modify(|r| r.1 = last)
+                .or_insert((first, last));
         }
         let ids: BTreeMap<&str, (String, String)> = ranges
             .into_iter()
@@ -416,6 +446,41 @@ mod tests {
         assert_eq!(rollover.take(rows, index, positions).unwrap(), 8);
         assert_eq!(entries(&rollover), (10..18).collect::<Vec<_>>());
         assert_eq!(rollover.messages(), 8);
+    }
+
+    #[test]
+    fn a_rewind_after_in_order_runs_of_other_partitions_in_one_batch() {
+        let mut rollover = Rollover::default();
+        let (rows, index, positions) = batch("p", 10..20);
+        rollover.take(rows, index, positions).unwrap();
+        // q and p continue, then p rewinds to 15 within the same batch.
+        let messages = [
+            ("q", 1),
+            ("q", 2),
+            ("p", 20),
+            ("p", 21),
+            ("p", 15),
+            ("p", 16),
+        ];
+        let positions: Vec<MessagePosition> =
+            messages.iter().map(|(p, e)| position(p, *e)).collect();
+        let rows = RecordBatch::try_from_iter(vec![(
+            "entry",
+            Arc::new(Int64Array::from_iter_values(
+                messages.iter().map(|(_, e)| *e as i64),
+            )) as _,
+        )])
+        .unwrap();
+        let rewound = rollover
+            .take(rows, (0..positions.len()).collect(), positions)
+            .unwrap();
+        assert_eq!(rewound, 7, "p 15..=19 buffered and p 20, 21 of the batch");
+        assert_eq!(entries(&rollover), vec![10, 11, 12, 13, 14, 1, 2, 15, 16]);
+        assert_eq!(rollover.partitions().len(), 2);
+        // The next batch continues from 16.
+        let (rows, index, positions) = batch("p", 17..19);
+        assert_eq!(rollover.take(rows, index, positions).unwrap(), 0);
+        assert_eq!(rollover.messages(), 11);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::metrics::{Metrics, PipelineLabels};
 use crate::record::RowBatch;
 use crate::retry::Backoff;
 use crate::sink::{Sink, SinkError};
-use crate::source::MessagePosition;
+use crate::source::{distinct_streams, MessagePosition};
 
 /// How long shutdown waits for a checkpoint being written.
 const CHECKPOINT_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(10);
@@ -135,24 +135,24 @@ impl DeltaSink {
         Ok(())
     }
 
-    /// Looks up (once) what the table holds of each partition in `positions`.
+    /// Looks up (once) what the table holds of each of `partitions`.
     pub(super) async fn learn_positions(
         &mut self,
-        positions: &[MessagePosition],
+        partitions: &[Arc<str>],
     ) -> Result<(), SinkError> {
         let mut backoff = Backoff::default();
-        for position in positions {
+        for partition in partitions {
             loop {
                 let table = self
                     .table
                     .as_mut()
                     .ok_or_else(|| SinkError::fatal("no table"))?;
-                if table.positions().knows(&position.topic) {
+                if table.positions().knows(partition) {
                     break;
                 }
-                match table.position(&position.topic).await {
+                match table.position(partition).await {
                     Ok(found) => {
-                        tracing::info!(partition = %position.topic, committed = ?found, "offline table position");
+                        tracing::info!(%partition, committed = ?found, "offline table position");
                         break;
                     }
                     Err(e) => {
@@ -234,7 +234,8 @@ impl Sink for DeltaSink {
         if self.layout.is_none() {
             self.open_until_done().await?;
         }
-        self.learn_positions(&batch.positions).await?;
+        self.learn_positions(&distinct_streams([batch.positions.as_slice()]))
+            .await?;
         let layout = self
             .layout
             .as_ref()
