@@ -89,7 +89,10 @@ async fn run(
     loop {
         let outcome = tokio::select! {
             batch = batches.recv() => match batch {
-                Some(batch) => write(sink.as_mut(), batch, &context).await,
+                Some(batch) => match merge_queued(batch, &mut batches, sink.merge_queued_rows()) {
+                    Ok(batch) => write(sink.as_mut(), batch, &context).await,
+                    Err(e) => Err(SinkError::fatal_from("merging queued batches", e)),
+                },
                 None => break,
             },
             _ = tick.tick() => sink.tick().await,
@@ -118,6 +121,33 @@ async fn run(
         Err(e) => report(SinkReport::Failed(index, e)),
     }
     sink
+}
+
+/// `first` and the batches waiting behind it, up to `limit` rows (overshooting by at most
+/// one batch), as one batch.
+fn merge_queued(
+    first: RowBatch,
+    queue: &mut mpsc::Receiver<RowBatch>,
+    limit: usize,
+) -> Result<RowBatch, arrow::error::ArrowError> {
+    let mut rows = first.rows.num_rows();
+    if rows >= limit {
+        return Ok(first);
+    }
+    let mut parts = vec![first];
+    while rows < limit {
+        match queue.try_recv() {
+            Ok(next) => {
+                rows += next.rows.num_rows();
+                parts.push(next);
+            }
+            Err(_) => break,
+        }
+    }
+    match parts.len() {
+        1 => Ok(parts.remove(0)),
+        _ => RowBatch::concat(parts),
+    }
 }
 
 /// One `write` with its metrics.
@@ -188,7 +218,72 @@ fn observe_freshness(
 
 #[cfg(test)]
 mod tests {
-    use super::queue_batches;
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, RecordBatch};
+
+    use super::*;
+
+    /// Messages `first..first + n`, every other one with a row (the rest dead-lettered).
+    fn batch(first: u64, n: u64) -> RowBatch {
+        let with_rows: Vec<u64> = (first..first + n).filter(|m| m % 2 == 0).collect();
+        let rows = RecordBatch::try_from_iter(vec![(
+            "message",
+            Arc::new(Int64Array::from_iter_values(
+                with_rows.iter().map(|&m| m as i64),
+            )) as _,
+        )])
+        .unwrap();
+        RowBatch {
+            rows,
+            positions: (first..first + n)
+                .map(|m| MessagePosition {
+                    topic: "t".into(),
+                    offset: (1, m, -1),
+                    entry_size: None,
+                })
+                .collect(),
+            row_positions: with_rows.iter().map(|&m| (m - first) as usize).collect(),
+            publish_times_ms: (first..first + n).collect(),
+        }
+    }
+
+    #[tokio::test]
+    async fn queued_batches_merge_up_to_the_limit_with_rows_pointing_at_their_messages() {
+        let (sender, mut queue) = mpsc::channel(8);
+        for first in [4, 8, 12] {
+            sender.send(batch(first, 4)).await.unwrap();
+        }
+        let merged = merge_queued(batch(0, 4), &mut queue, 5).unwrap();
+        // 2 rows + 2 + 2: the limit of 5 is passed by the third batch, which is the last.
+        assert_eq!(merged.rows.num_rows(), 6);
+        assert_eq!(merged.positions.len(), 12);
+        assert_eq!(merged.publish_times_ms, (0..12).collect::<Vec<u64>>());
+        let values = merged
+            .rows
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        for (row, &message) in merged.row_positions.iter().enumerate() {
+            assert_eq!(values.value(row) as u64, merged.positions[message].offset.1);
+        }
+        assert_eq!(
+            queue.recv().await.unwrap().positions[0].offset.1,
+            12,
+            "left queued"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_sink_that_does_not_merge_gets_one_batch_at_a_time() {
+        let (sender, mut queue) = mpsc::channel(8);
+        sender.send(batch(4, 4)).await.unwrap();
+        let one = merge_queued(batch(0, 4), &mut queue, 0).unwrap();
+        assert_eq!(one.positions.len(), 4);
+        let alone = merge_queued(queue.recv().await.unwrap(), &mut queue, 100).unwrap();
+        assert_eq!(alone.positions.len(), 4, "nothing else waiting");
+    }
 
     #[test]
     fn a_sink_queue_holds_about_the_same_rows_whatever_the_batch_size() {

@@ -22,6 +22,39 @@ pub struct RowBatch {
     pub publish_times_ms: Vec<u64>,
 }
 
+impl RowBatch {
+    /// One batch of `parts`, in order (their rows must share a schema).
+    pub fn concat(parts: Vec<RowBatch>) -> Result<RowBatch, arrow::error::ArrowError> {
+        let Some(schema) = parts.first().map(|part| part.rows.schema()) else {
+            return Ok(RowBatch {
+                rows: RecordBatch::new_empty(
+                    std::sync::Arc::new(arrow::datatypes::Schema::empty()),
+                ),
+                positions: Vec::new(),
+                row_positions: Vec::new(),
+                publish_times_ms: Vec::new(),
+            });
+        };
+        let rows = arrow::compute::concat_batches(&schema, parts.iter().map(|part| &part.rows))?;
+        let messages = parts.iter().map(|part| part.positions.len()).sum();
+        let mut merged = RowBatch {
+            rows,
+            positions: Vec::with_capacity(messages),
+            row_positions: Vec::with_capacity(parts.iter().map(|p| p.row_positions.len()).sum()),
+            publish_times_ms: Vec::with_capacity(messages),
+        };
+        for part in parts {
+            let first = merged.positions.len();
+            merged
+                .row_positions
+                .extend(part.row_positions.iter().map(|index| first + index));
+            merged.positions.extend(part.positions);
+            merged.publish_times_ms.extend(part.publish_times_ms);
+        }
+        Ok(merged)
+    }
+}
+
 /// Where the entity key, event time and feature columns are in a row batch.
 #[derive(Debug, Clone)]
 pub struct RowLayout {

@@ -142,6 +142,13 @@ pub trait Sink: Send {
         false
     }
 
+    /// Up to how many rows of batches waiting in its queue the sink takes as one `write`
+    /// (0: one batch per write). A latest-wins store gains from it when it falls behind:
+    /// the newest value per entity of a larger batch is fewer writes.
+    fn merge_queued_rows(&self) -> usize {
+        0
+    }
+
     /// Rows taken but not durable (still buffered); after `flush`, rows the sink could not
     /// make durable (e.g. the offline sink's rows after a gap in a partition).
     fn pending_rows(&self) -> usize {

@@ -116,6 +116,12 @@ impl Writer {
     }
 }
 
+/// Rows of queued batches written as one batch when Redis falls behind (a catch-up, a
+/// burst): on the benchmark's Zipf keys, the newest value per entity of 8,000 events is 24 %
+/// fewer writes than of four batches of 2,000. An idle queue merges nothing, so it adds no
+/// latency to a sink that keeps up.
+const MERGE_QUEUED_ROWS: usize = 8_000;
+
 /// Writes each batch's newest value per entity in one pipelined round trip, with up to
 /// `max_in_flight_batches` batches under way; acknowledges them in order.
 pub struct RedisSink {
@@ -230,6 +236,10 @@ impl Sink for RedisSink {
 
     fn reports_freshness(&self) -> bool {
         true
+    }
+
+    fn merge_queued_rows(&self) -> usize {
+        MERGE_QUEUED_ROWS
     }
 
     async fn write(&mut self, batch: RowBatch) -> Result<Vec<MessagePosition>, SinkError> {
