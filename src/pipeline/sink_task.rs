@@ -131,23 +131,20 @@ fn merge_queued(
     limit: usize,
 ) -> Result<RowBatch, arrow::error::ArrowError> {
     let mut rows = first.rows.num_rows();
-    if rows >= limit {
-        return Ok(first);
-    }
-    let mut parts = vec![first];
+    let mut rest = Vec::new();
     while rows < limit {
         match queue.try_recv() {
             Ok(next) => {
                 rows += next.rows.num_rows();
-                parts.push(next);
+                rest.push(next);
             }
             Err(_) => break,
         }
     }
-    match parts.len() {
-        1 => Ok(parts.remove(0)),
-        _ => RowBatch::concat(parts),
+    if rest.is_empty() {
+        return Ok(first);
     }
+    first.append(rest)
 }
 
 /// One `write` with its metrics.

@@ -23,27 +23,15 @@ pub struct RowBatch {
 }
 
 impl RowBatch {
-    /// One batch of `parts`, in order (their rows must share a schema).
-    pub fn concat(parts: Vec<RowBatch>) -> Result<RowBatch, arrow::error::ArrowError> {
-        let Some(schema) = parts.first().map(|part| part.rows.schema()) else {
-            return Ok(RowBatch {
-                rows: RecordBatch::new_empty(
-                    std::sync::Arc::new(arrow::datatypes::Schema::empty()),
-                ),
-                positions: Vec::new(),
-                row_positions: Vec::new(),
-                publish_times_ms: Vec::new(),
-            });
-        };
-        let rows = arrow::compute::concat_batches(&schema, parts.iter().map(|part| &part.rows))?;
-        let messages = parts.iter().map(|part| part.positions.len()).sum();
-        let mut merged = RowBatch {
-            rows,
-            positions: Vec::with_capacity(messages),
-            row_positions: Vec::with_capacity(parts.iter().map(|p| p.row_positions.len()).sum()),
-            publish_times_ms: Vec::with_capacity(messages),
-        };
-        for part in parts {
+    /// This batch followed by `rest`, as one batch (their rows must share a schema).
+    pub fn append(self, rest: Vec<RowBatch>) -> Result<RowBatch, arrow::error::ArrowError> {
+        let schema = self.rows.schema();
+        let rows = arrow::compute::concat_batches(
+            &schema,
+            std::iter::once(&self.rows).chain(rest.iter().map(|part| &part.rows)),
+        )?;
+        let mut merged = RowBatch { rows, ..self };
+        for part in rest {
             let first = merged.positions.len();
             merged
                 .row_positions
