@@ -196,8 +196,7 @@ impl Rollover {
     fn advance_in_order(&mut self, positions: &[MessagePosition]) -> usize {
         let mut done = 0;
         for run in stream_runs(positions) {
-            let newest = self.newest.get(run[0].topic.as_ref()).copied();
-            let mut last = newest;
+            let mut last = self.newest.get(run[0].topic.as_ref()).copied();
             let in_order = run.iter().all(|position| {
                 let key = message_key(position);
                 let ahead = last.is_none_or(|last| key > last);
