@@ -22,9 +22,11 @@ async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {
         .ready(&url)
         .await;
 
-    project.pipeline_with_delivery(
+    // Batches of 100: while Redis is down they wait in the sink's queue, and are written
+    // merged once it is back.
+    project.pipeline_with_source(
         "outage",
-        "per_sink",
+        "  delivery: per_sink\n  max_batch_messages: 100\n",
         "online:\n  key_prefix: out",
         "offline:\n  url: file://offline\n  rollover_interval: 1s",
     );
@@ -87,5 +89,20 @@ async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {
             Some(&(last * 3).to_string().into_bytes())
         );
     }
+    let (_, metrics) = project.http_get("/metrics").await.expect("metrics");
+    let count = |name: &str| -> u64 {
+        let series = format!("{name}{{pipeline=\"outage\",sink=\"online\"}} ");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str()))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .map_or(0, |value| value as u64)
+    };
+    let batches = count("feature_connector_batch_messages_count");
+    let writes = count("feature_connector_sink_write_seconds_count");
+    assert!(
+        batches > 1 && writes < batches,
+        "the batches queued during the outage are written merged: {batches} batches, {writes} writes\n{metrics}"
+    );
     assert_eq!(connector.stop(), 0);
 }
