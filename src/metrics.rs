@@ -6,6 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 /// Labels of offline store request counts.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -90,6 +91,9 @@ pub struct Metrics {
     pub dead_lettered: Family<DeadLetterLabels, Counter>,
     /// Time a sink took to take a batch (including retries while its service is down).
     pub sink_write_seconds: Family<LaneLabels, Histogram>,
+    /// Time the lane spent handing batches to a sink's queue, almost all of it waiting for
+    /// room (this sink held the lane up: backpressure).
+    pub sink_queue_wait_seconds: Family<LaneLabels, Counter<f64, AtomicU64>>,
     /// Event time → value acknowledged by the online store.
     pub freshness_event_time_seconds: Family<LaneLabels, Histogram>,
     /// Broker publish time → value acknowledged by the online store.
@@ -236,6 +240,12 @@ impl Metrics {
             "Time a sink took to take a batch, retries included",
             sink_write_seconds.clone(),
         );
+        let sink_queue_wait_seconds = Family::<LaneLabels, Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "sink_queue_wait_seconds",
+            "Time the lane spent handing batches to the sink's queue, mostly waiting for room",
+            sink_queue_wait_seconds.clone(),
+        );
         let serving_requests = Family::<ServingLabels, Counter>::default();
         registry.register(
             "serving_requests",
@@ -252,6 +262,7 @@ impl Metrics {
             messages_acked,
             dead_lettered,
             sink_write_seconds,
+            sink_queue_wait_seconds,
             messages_decoded,
             batch_messages,
             messages_in_flight,

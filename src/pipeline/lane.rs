@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -303,11 +303,17 @@ impl Running {
         copies.push(batch);
         let mut ended = None;
         for (index, (handle, copy)) in self.handles.iter().zip(copies).enumerate() {
+            let started = Instant::now();
             let sent = tokio::select! {
                 biased;
                 () = self.lane.cancel.cancelled() => return Ok(false),
                 sent = handle.batches.send(copy) => sent,
             };
+            self.lane
+                .metrics
+                .sink_queue_wait_seconds
+                .get_or_create(&self.sink_labels(index))
+                .inc_by(started.elapsed().as_secs_f64());
             if sent.is_err() {
                 ended = Some(index);
                 break;
