@@ -35,7 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
-BIN = ROOT / "target/release/feature-connector"
+# FC_BIN: another build of the connector (its feature-connector-loadgen beside it), for A/B runs.
+BIN = Path(os.environ.get("FC_BIN", ROOT / "target/release/feature-connector"))
 EXAMPLES = ROOT / "target/release/examples"
 STATE = Path(os.environ.get("FC_STATE_DIR", ROOT / ".services"))
 ADMIN = os.environ.get("PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
@@ -495,6 +496,12 @@ def run_open_loop(schedule, work, services):
     probe.stdin.close()
     probe.wait(timeout=30)
     cpu = connector.cpu_seconds()
+    # The connector's own view (sink write and commit times, queue waits) for profiling.
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            (work / "connector-open-metrics.txt").write_bytes(r.read())
+    except OSError as e:
+        log(f"open loop: could not save the connector's metrics: {e}")
     connector.stop()
     # Retention is infinite in the benchmark's namespace: the topic would stay on disk.
     delete_topic(topic)
