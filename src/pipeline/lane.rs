@@ -166,7 +166,8 @@ impl Running {
                 event_time: self.lane.decoder.event_time().to_string(),
                 reports: reports.clone(),
             };
-            self.handles.push(sink_task::spawn(sink, context));
+            let queue = sink_task::queue_batches(self.lane.max_batch);
+            self.handles.push(sink_task::spawn(sink, queue, context));
         }
         self.reports = Some(receiver);
     }
