@@ -91,8 +91,8 @@ pub struct Metrics {
     pub dead_lettered: Family<DeadLetterLabels, Counter>,
     /// Time a sink took to take a batch (including retries while its service is down).
     pub sink_write_seconds: Family<LaneLabels, Histogram>,
-    /// Time the lane spent handing batches to a sink's queue, almost all of it waiting for
-    /// room (this sink held the lane up: backpressure).
+    /// Time the lane spent handing batches to a sink's queue, waiting for room included (it
+    /// grows fast for the sink that holds the lane up: backpressure).
     pub sink_queue_wait_seconds: Family<LaneLabels, Counter<f64, AtomicU64>>,
     /// Event time → value acknowledged by the online store.
     pub freshness_event_time_seconds: Family<LaneLabels, Histogram>,
@@ -243,7 +243,7 @@ impl Metrics {
         let sink_queue_wait_seconds = Family::<LaneLabels, Counter<f64, AtomicU64>>::default();
         registry.register(
             "sink_queue_wait_seconds",
-            "Time the lane spent handing batches to the sink's queue, mostly waiting for room",
+            "Time the lane spent handing batches to the sink's queue, waiting for room included",
             sink_queue_wait_seconds.clone(),
         );
         let serving_requests = Family::<ServingLabels, Counter>::default();
