@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{DeadLetter, Lane, RuntimeError};
+use super::{DeadLetter, DeadLetterTarget, Lane, RuntimeError};
 use crate::config::{PipelineConfig, ServiceConfig};
 use crate::health::Health;
 use crate::metrics::{LaneLabels, Metrics};
@@ -132,7 +132,8 @@ pub async fn backfill(
         sinks: vec![sink],
         dead_letter: Some(DeadLetter::new(
             pulsar,
-            pipeline.source.dead_letter_topic(),
+            admin.clone(),
+            DeadLetterTarget::of(&pipeline.source),
             &pipeline.name,
             cancel.clone(),
         )),

@@ -1,5 +1,7 @@
 //! The dead-letter topic: messages that cannot be decoded go there with the reason, and are
-//! acknowledged only after the broker stored them there.
+//! acknowledged only after the broker stored them there. A durable subscription on it keeps
+//! them: without one (and without a retention policy) the broker deletes a topic's closed
+//! ledgers, so dead letters published before a broker restart or ledger rollover would vanish.
 
 use pulsar::producer::{Producer, ProducerOptions};
 use pulsar::{Pulsar, TokioExecutor};
@@ -8,28 +10,68 @@ use tokio_util::sync::CancellationToken;
 use crate::retry::Backoff;
 use crate::schema::DecodeFailure;
 use crate::sink::SinkError;
+use crate::source::pulsar::{AdminError, PulsarAdmin, PulsarSourceConfig};
 use crate::source::SourceMessage;
+
+/// Why one attempt to publish dead letters failed.
+#[derive(Debug, thiserror::Error)]
+enum PublishError {
+    #[error("keeping subscription `{subscription}` could not be created: {source}")]
+    Subscription {
+        subscription: String,
+        #[source]
+        source: AdminError,
+    },
+    #[error(transparent)]
+    Pulsar(#[from] pulsar::Error),
+}
+
+/// Where dead letters go: the topic and the subscription that keeps them.
+pub struct DeadLetterTarget {
+    /// The dead-letter topic.
+    pub topic: String,
+    /// The durable subscription created on it (at its earliest message) before the first
+    /// publish.
+    pub subscription: String,
+}
+
+impl DeadLetterTarget {
+    /// The dead-letter topic and keeping subscription `source` configures (or defaults).
+    pub fn of(source: &PulsarSourceConfig) -> Self {
+        Self {
+            topic: source.dead_letter_topic(),
+            subscription: source.dead_letter_subscription().to_string(),
+        }
+    }
+}
 
 /// Publishes undecodable messages, unchanged, with properties that say why.
 pub struct DeadLetter {
     pulsar: Pulsar<TokioExecutor>,
+    admin: PulsarAdmin,
     topic: String,
+    subscription: String,
+    subscription_ready: bool,
     pipeline: String,
     producer: Option<Producer<TokioExecutor>>,
     cancel: CancellationToken,
 }
 
 impl DeadLetter {
-    /// A dead-letter publisher for `pipeline` writing to `topic`.
+    /// A dead-letter publisher for `pipeline` writing to `target`.
     pub fn new(
         pulsar: Pulsar<TokioExecutor>,
-        topic: String,
+        admin: PulsarAdmin,
+        target: DeadLetterTarget,
         pipeline: &str,
         cancel: CancellationToken,
     ) -> Self {
         Self {
             pulsar,
-            topic,
+            admin,
+            topic: target.topic,
+            subscription: target.subscription,
+            subscription_ready: false,
             pipeline: pipeline.to_string(),
             producer: None,
             cancel,
@@ -65,7 +107,22 @@ impl DeadLetter {
         &mut self,
         messages: &[SourceMessage],
         failures: &[DecodeFailure],
-    ) -> Result<(), pulsar::Error> {
+    ) -> Result<(), PublishError> {
+        if !self.subscription_ready {
+            let created = self
+                .admin
+                .ensure_subscription(&self.topic, &self.subscription)
+                .await
+                .map_err(|source| PublishError::Subscription {
+                    subscription: self.subscription.clone(),
+                    source,
+                })?;
+            if created {
+                tracing::info!(topic = %self.topic, subscription = %self.subscription,
+                    "created the subscription that keeps dead letters");
+            }
+            self.subscription_ready = true;
+        }
         if self.producer.is_none() {
             let producer = self
                 .pulsar

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use backfill::{backfill, BackfillRange, BackfillSummary};
 pub use backlog::{watch_backlogs, WatchedSubscription};
-pub use dead_letter::DeadLetter;
+pub use dead_letter::{DeadLetter, DeadLetterTarget};
 pub use lane::{Lane, LaneError};
 
 use crate::config::{PipelineConfig, ServiceConfig};
@@ -213,7 +213,8 @@ async fn build_lanes(
         let dead_letter = lanes.is_empty().then(|| {
             DeadLetter::new(
                 context.pulsar.clone(),
-                source.dead_letter_topic(),
+                context.admin.clone(),
+                DeadLetterTarget::of(source),
                 &pipeline.name,
                 context.cancel.clone(),
             )

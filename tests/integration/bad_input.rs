@@ -149,3 +149,38 @@ async fn hostile_payloads_are_dead_lettered_and_the_pipeline_goes_on() {
         "events after the bad ones are written"
     );
 }
+
+/// A dead-letter topic nobody subscribed to loses its messages once the broker closes the
+/// ledger that holds them (a restart, an unload, a rollover) and its retention check runs;
+/// the connector's keeping subscription holds them until someone acknowledges them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_outlive_the_ledger_that_held_them() {
+    let project = Project::new(&redis_url());
+    let prefix = unique("kept");
+    project.pipeline(
+        "kept",
+        &format!("online:\n  key_prefix: {prefix}"),
+        "offline:\n  enabled: false",
+    );
+    publish_raw(&project.topic, vec![vec![0xab; 7], vec![0xcd; 3]]).await;
+    let connector = project.start();
+    wait_drained(&project.topic, &["kept"], Duration::from_secs(60)).await;
+    assert_eq!(connector.stop(), 0);
+    let dead_letter_topic = format!("{}-kept-DLQ", project.topic);
+    assert_eq!(
+        subscriptions(&dead_letter_topic).await,
+        vec!["kept".to_string()]
+    );
+
+    unload_topic(&dead_letter_topic).await;
+    // The test broker checks retention every 5 s (services/pulsar/standalone.conf).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(backlog(&dead_letter_topic, "kept").await, Some(2));
+    let dead = read_dead_letters(&dead_letter_topic, 2).await;
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(
+        dead.iter()
+            .all(|p| p.get("reason").map(String::as_str) == Some("truncated")),
+        "{dead:?}"
+    );
+}

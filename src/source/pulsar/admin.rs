@@ -130,6 +130,19 @@ impl PulsarAdmin {
         send(request, url).await
     }
 
+    /// `PUT /admin/v2/{path}` with a JSON body: the body of a successful answer.
+    pub async fn put_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<String, AdminError> {
+        let url = self.url(path);
+        let request = self
+            .authorized(self.http.put(&url).json(body), &url)
+            .await?;
+        send(request, url).await
+    }
+
     /// `GET /admin/v2/{path}` parsed as `T`.
     pub async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, AdminError> {
         let body = self.get(path).await?;
@@ -141,6 +154,30 @@ impl PulsarAdmin {
         let name = TopicName::parse(topic)?;
         self.get_json(&format!("{}/{}/stats", name.domain, name.admin_path()))
             .await
+    }
+
+    /// Creates the durable subscription `subscription` on `topic` at its earliest message
+    /// (creating the topic if the broker allows auto-creation). Returns whether it is new;
+    /// one that already exists is left where it is.
+    pub async fn ensure_subscription(
+        &self,
+        topic: &str,
+        subscription: &str,
+    ) -> Result<bool, AdminError> {
+        let name = TopicName::parse(topic)?;
+        let path = format!(
+            "{}/{}/subscription/{}",
+            name.domain,
+            name.admin_path(),
+            percent_encoding::utf8_percent_encode(subscription, percent_encoding::NON_ALPHANUMERIC)
+        );
+        // MessageId (-1, -1) is the earliest position.
+        let earliest = serde_json::json!({"ledgerId": -1, "entryId": -1, "partitionIndex": -1});
+        match self.put_json(&path, &earliest).await {
+            Ok(_) => Ok(true),
+            Err(AdminError::Status { status: 409, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The retention policy of `namespace` (`tenant/namespace`).

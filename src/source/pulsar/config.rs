@@ -119,6 +119,12 @@ pub struct PulsarSourceConfig {
     /// default `<topic>-<subscription>-DLQ`.
     #[serde(default)]
     pub dead_letter_topic: Option<String>,
+    /// Durable subscription the connector keeps on the dead-letter topic so the broker
+    /// retains dead letters until someone acknowledges them there (a topic without a
+    /// subscription or retention loses them when its ledger rolls over); default
+    /// `<subscription>`.
+    #[serde(default)]
+    pub dead_letter_subscription: Option<String>,
 }
 
 fn default_pattern_refresh() -> Duration {
@@ -182,6 +188,18 @@ impl PulsarSourceConfig {
                 "source.subscription",
                 "must not be empty",
             ));
+        }
+        if self
+            .dead_letter_subscription
+            .as_deref()
+            .is_some_and(|name| name.trim().is_empty())
+        {
+            issues.push(ConfigIssue {
+                file: file.to_path_buf(),
+                line: None,
+                key: Some("source.dead_letter_subscription".into()),
+                message: "must not be empty (leave it out for `<subscription>`)".into(),
+            });
         }
         if self.max_batch_messages == 0 {
             issues.push(ConfigIssue {
@@ -273,6 +291,13 @@ impl PulsarSourceConfig {
         }
     }
 
+    /// The subscription that keeps dead letters on the dead-letter topic.
+    pub fn dead_letter_subscription(&self) -> &str {
+        self.dead_letter_subscription
+            .as_deref()
+            .unwrap_or(&self.subscription.value)
+    }
+
     /// A label for logs and errors: the topics, or the pattern.
     pub fn describe_topics(&self) -> String {
         match &self.topic_pattern {
@@ -284,4 +309,38 @@ impl PulsarSourceConfig {
 
 fn is_full_topic_name(topic: &str) -> bool {
     super::TopicName::parse(topic).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(yaml: &str) -> PulsarSourceConfig {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn dead_letters_are_kept_by_the_pipelines_subscription_unless_named() {
+        let default = source("topic: persistent://public/default/t\nsubscription: s\n");
+        assert_eq!(
+            default.dead_letter_topic(),
+            "persistent://public/default/t-s-DLQ"
+        );
+        assert_eq!(default.dead_letter_subscription(), "s");
+        assert!(default.check(Path::new("p.yaml")).is_empty());
+
+        let named = source(
+            "topic: persistent://public/default/t\nsubscription: s\ndead_letter_subscription: triage\n",
+        );
+        assert_eq!(named.dead_letter_subscription(), "triage");
+
+        let empty = source(
+            "topic: persistent://public/default/t\nsubscription: s\ndead_letter_subscription: ' '\n",
+        );
+        let issues = empty.check(Path::new("p.yaml"));
+        assert_eq!(
+            issues[0].key.as_deref(),
+            Some("source.dead_letter_subscription")
+        );
+    }
 }

@@ -472,6 +472,27 @@ pub async fn subscription_type(topic: &str, subscription: &str) -> Option<String
         .map(str::to_string)
 }
 
+/// Unloads a non-partitioned `topic`: the broker closes its current ledger and opens a new
+/// one when the topic is next used, as after a broker restart.
+pub async fn unload_topic(topic: &str) {
+    let path = topic
+        .strip_prefix("persistent://")
+        .expect("persistent topic");
+    let response = reqwest::Client::new()
+        .put(format!(
+            "{}/admin/v2/persistent/{path}/unload",
+            pulsar_admin()
+        ))
+        .send()
+        .await
+        .expect("admin API");
+    assert!(
+        response.status().is_success(),
+        "unload {topic}: {}",
+        response.status()
+    );
+}
+
 /// Creates `topic` with `partitions` partitions.
 pub async fn create_partitioned_topic(topic: &str, partitions: u32) {
     let path = topic
