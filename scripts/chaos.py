@@ -16,11 +16,13 @@ the check needs); the broker is really stopped and started on its data
 """
 
 import argparse
+import atexit
 import json
 import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -95,6 +97,11 @@ class Connector:
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
+
+    def kill_if_running(self):
+        """Leaves no connector behind when the harness exits early."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
@@ -184,7 +191,11 @@ offline:
   rollover_rows: 50000
   rollover_interval: 5s
 """)
-    port = 19000 + rng.randrange(1000)
+    # A free port, not a seeded one: a connector left behind by an earlier run must not
+    # answer this run's metrics.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     env = dict(os.environ, FC_HTTP_BIND=f"127.0.0.1:{port}", RUST_LOG="warn", FC_INSTANCE_ID="chaos",
                AWS_ENDPOINT_URL=os.environ["S3_ENDPOINT"])
     produce_seconds = args.events / args.rate
@@ -195,6 +206,7 @@ offline:
                     "--entities", str(args.entities), "--base-ms", str(BASE_MS), "--start", "0"],
                    env=env, check=True, capture_output=True)
     connector = Connector(project, env, port)
+    atexit.register(connector.kill_if_running)
     connector.start()
     producer = subprocess.Popen(
         [str(BIN), "produce", "--root", str(project), "--pipeline", "chaos", "--count", str(args.events - 1),
@@ -203,7 +215,11 @@ offline:
     started = time.time()
 
     client = pulsar.Client(os.environ["PULSAR_URL"], logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    raw = client.create_producer(topic)
+    # No send timeout: a bad event injected while the broker restarts waits for it (the
+    # client's default 30 s can be shorter than the restart); sent asynchronously so that the
+    # kills and outages keep their schedule meanwhile.
+    raw = client.create_producer(topic, send_timeout_millis=0)
+    bad_results = []
     bad_at = sorted(rng.uniform(1, produce_seconds) for _ in range(args.bad))
     kill_at = sorted(rng.uniform(2, produce_seconds + 20) for _ in range(args.kills))
     recovered = []
@@ -219,7 +235,8 @@ offline:
         now = time.time() - started
         if bad_at and now >= bad_at[0]:
             bad_at.pop(0)
-            raw.send(os.urandom(rng.randrange(1, 64)), partition_key="bad")
+            raw.send_async(os.urandom(rng.randrange(1, 64)),
+                           lambda result, _id: bad_results.append(result), partition_key="bad")
         if kill_at and now >= kill_at[0]:
             kill_at.pop(0)
             connector.kill()
@@ -237,6 +254,11 @@ offline:
     log(f"{kills} kills done; waiting for the outages and the producer")
     for thread in threads:
         thread.join()
+    raw.flush()
+    failed = [result for result in bad_results if result != pulsar.Result.Ok]
+    if failed or len(bad_results) != args.bad:
+        raise SystemExit(f"injecting the bad events failed: {len(bad_results)} of {args.bad} "
+                         f"confirmed, errors {failed}")
     out, err = producer.communicate(timeout=900)
     if producer.returncode != 0:
         raise SystemExit(f"the producer failed: {err[-2000:]}")

@@ -13,7 +13,6 @@ use pulsar::producer::ProducerOptions;
 
 use feature_connector::cli::{ConfigArgs, EXIT_CONFIG};
 use feature_connector::schema::{PayloadFormat, ReaderSchema};
-use feature_connector::source::pulsar::PulsarSource;
 
 use crate::pacing;
 use crate::sample::{sample_record_at, SampleSpec};
@@ -58,6 +57,10 @@ pub struct ProduceArgs {
     /// `topic_pattern`).
     #[arg(long)]
     topic: Option<String>,
+    /// How long an event may wait for the broker's receipt, resends after reconnecting
+    /// included, before the run fails (long enough to ride out a broker restart).
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    send_timeout: std::time::Duration,
     /// Entity keys Zipf-distributed with this exponent (e.g. 1.1) instead of round robin.
     #[arg(long)]
     zipf: Option<f64>,
@@ -178,7 +181,8 @@ async fn publish(
     count: u64,
     pacer: Option<pacing::Pacer>,
 ) -> Result<f64, String> {
-    let pulsar = PulsarSource::connect(service)
+    let pulsar = service
+        .connect_with_operation_timeout(args.send_timeout)
         .await
         .map_err(|e| e.to_string())?;
     let override_schema = match &args.schema {

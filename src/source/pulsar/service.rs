@@ -200,6 +200,19 @@ impl PulsarServiceConfig {
     /// Connects a Pulsar client with these credentials and CA; a refusal names its likely
     /// cause.
     pub async fn connect(&self) -> Result<Pulsar<TokioExecutor>, SourceError> {
+        // Bounded: a busy Exclusive subscription must become an error, not an endless wait;
+        // callers that must not give up (consumer rebuild, DLQ) loop themselves.
+        self.connect_with_operation_timeout(Duration::from_secs(30))
+            .await
+    }
+
+    /// [`Self::connect`] with another operation timeout, which is also how long a sent
+    /// message may wait for its receipt across reconnections (a producer that must ride out
+    /// a broker restart needs longer than the default).
+    pub async fn connect_with_operation_timeout(
+        &self,
+        operation_timeout: Duration,
+    ) -> Result<Pulsar<TokioExecutor>, SourceError> {
         let url = self.url.as_str();
         let credentials = self.credentials()?;
         // The first OAuth2 token is fetched before connecting: the issuer's refusal then
@@ -214,14 +227,13 @@ impl PulsarServiceConfig {
                     source,
                 })?;
         }
-        let builder = Pulsar::builder(url, TokioExecutor)
-            // Bounded: a busy Exclusive subscription must become an error, not an endless
-            // wait; callers that must not give up (consumer rebuild, DLQ) loop themselves.
-            .with_operation_retry_options(OperationRetryOptions {
-                operation_timeout: Duration::from_secs(30),
+        let builder = Pulsar::builder(url, TokioExecutor).with_operation_retry_options(
+            OperationRetryOptions {
+                operation_timeout,
                 retry_delay: Duration::from_secs(1),
                 max_retries: Some(10),
-            });
+            },
+        );
         let mut builder = credentials.apply(builder);
         if let Some(pem) = self.tls_ca()? {
             builder = builder
