@@ -472,6 +472,41 @@ pub async fn subscription_type(topic: &str, subscription: &str) -> Option<String
         .map(str::to_string)
 }
 
+/// How many messages of a non-partitioned `topic` lie up to `subscription`'s mark-delete
+/// position (the acknowledged prefix), from the topic's internal stats.
+pub async fn acknowledged_prefix(topic: &str, subscription: &str) -> u64 {
+    let path = topic
+        .strip_prefix("persistent://")
+        .expect("persistent topic");
+    let url = format!(
+        "{}/admin/v2/persistent/{path}/internalStats",
+        pulsar_admin()
+    );
+    let stats: serde_json::Value = reqwest::get(&url)
+        .await
+        .expect("admin API")
+        .json()
+        .await
+        .expect("internal stats");
+    let mark = stats["cursors"][subscription]["markDeletePosition"]
+        .as_str()
+        .expect("the subscription's cursor");
+    let (ledger, entry) = mark.split_once(':').expect("ledger:entry");
+    let (ledger, entry): (i64, i64) = (
+        ledger.parse().expect("ledger id"),
+        entry.parse().expect("entry id"),
+    );
+    let mut before = 0;
+    for closed in stats["ledgers"].as_array().expect("ledgers") {
+        if closed["ledgerId"].as_i64() == Some(ledger) {
+            return before + u64::try_from(entry + 1).unwrap_or(0);
+        }
+        before += closed["entries"].as_u64().unwrap_or(0);
+    }
+    // The mark sits before the topic's first ledger: nothing acknowledged.
+    0
+}
+
 /// Unloads a non-partitioned `topic`: the broker closes its current ledger and opens a new
 /// one when the topic is next used, as after a broker restart.
 pub async fn unload_topic(topic: &str) {
