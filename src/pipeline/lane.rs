@@ -166,8 +166,7 @@ impl Running {
                 event_time: self.lane.decoder.event_time().to_string(),
                 reports: reports.clone(),
             };
-            let queue = sink_task::queue_batches(self.lane.max_batch);
-            self.handles.push(sink_task::spawn(sink, queue, context));
+            self.handles.push(sink_task::spawn(sink, context));
         }
         self.reports = Some(receiver);
     }

@@ -1,13 +1,13 @@
-//! Each sink of a lane runs in a task of its own, fed through a bounded channel: a sink that
+//! Each sink of a lane runs in a task of its own, fed through a bounded queue: a sink that
 //! takes long over one call (the offline sink encoding and committing a rollover) does not
 //! hold up the lane's other sinks (Redis keeps getting fresh values), and decoding the next
-//! batch overlaps the sinks' work. A full channel stops the lane: that is the backpressure.
+//! batch overlaps the sinks' work. A full queue stops the lane: that is the backpressure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::Array;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::metrics::{LaneLabels, Metrics};
@@ -15,16 +15,22 @@ use crate::record::{event_time_millis, RowBatch};
 use crate::sink::{Sink, SinkError};
 use crate::source::MessagePosition;
 
-/// Rows a sink task may hold before the lane waits for it: enough to ride out a rollover
-/// commit at full speed without stopping the other sinks. Counted in rows, so that larger
-/// batches do not make the queue's memory larger.
+/// Rows a sink's queue holds before the lane waits for it: enough to ride out a rollover
+/// commit (64-512 ms in the benchmark's burst) at full speed without stopping the other
+/// sinks. Counted in rows, not batches: when messages trickle in, batches are small, and a
+/// queue of a few dozen of them filled within one commit and held Redis up behind it.
 pub const SINK_QUEUE_ROWS: usize = 64_000;
 
-/// The queue of a sink task, in batches of at most `max_batch` messages: about
-/// [`SINK_QUEUE_ROWS`] rows, and never fewer than two batches (one being written, one
-/// waiting) nor more than 64.
-pub fn queue_batches(max_batch: usize) -> usize {
-    (SINK_QUEUE_ROWS / max_batch.max(1)).clamp(2, 64)
+/// Batches a sink's queue holds at most, however small: bounds the per-batch overhead a
+/// queue of one-message batches would carry.
+const SINK_QUEUE_BATCHES: usize = 1_024;
+
+/// Rows a batch counts against a sink's queue: its rows, at least one (a batch of dead
+/// letters only still waits its turn), at most the whole queue (a batch larger than the
+/// queue waits for it to empty instead of forever).
+fn queue_permits(batch: &RowBatch) -> u32 {
+    let rows = batch.rows.num_rows().clamp(1, SINK_QUEUE_ROWS);
+    u32::try_from(rows).unwrap_or(u32::MAX)
 }
 
 /// How often a sink is given a tick (time-based work such as a rollover): often enough
@@ -44,10 +50,43 @@ pub enum SinkReport {
     Ended,
 }
 
-/// A running sink: the channel that feeds it and the task that hands the sink back.
+/// A batch in a sink's queue, holding its share of the queue's rows until the task takes it.
+pub struct Queued {
+    batch: RowBatch,
+    rows: OwnedSemaphorePermit,
+}
+
+/// The lane's end of a sink's queue.
+#[derive(Clone)]
+pub struct SinkQueue {
+    batches: mpsc::Sender<Queued>,
+    rows: Arc<Semaphore>,
+}
+
+/// The sink task is gone (it reported why before it ended).
+#[derive(Debug)]
+pub struct SinkGone;
+
+impl SinkQueue {
+    /// Queues `batch`, waiting while the queue holds [`SINK_QUEUE_ROWS`] rows (or
+    /// [`SINK_QUEUE_BATCHES`] batches). Cancel-safe: a send dropped while waiting queues
+    /// nothing.
+    pub async fn send(&self, batch: RowBatch) -> Result<(), SinkGone> {
+        let rows = Arc::clone(&self.rows)
+            .acquire_many_owned(queue_permits(&batch))
+            .await
+            .map_err(|_| SinkGone)?;
+        self.batches
+            .send(Queued { batch, rows })
+            .await
+            .map_err(|_| SinkGone)
+    }
+}
+
+/// A running sink: the queue that feeds it and the task that hands the sink back.
 pub struct SinkHandle {
     /// Where the lane sends batches; dropping it makes the task flush and end.
-    pub batches: mpsc::Sender<RowBatch>,
+    pub batches: SinkQueue,
     /// The task; returns the sink.
     pub task: JoinHandle<Box<dyn Sink>>,
 }
@@ -67,16 +106,20 @@ pub struct SinkTaskContext {
     pub reports: mpsc::UnboundedSender<SinkReport>,
 }
 
-/// Starts the task of one sink, behind a queue of `queue_batches` batches.
-pub fn spawn(sink: Box<dyn Sink>, queue_batches: usize, context: SinkTaskContext) -> SinkHandle {
-    let (batches, receiver) = mpsc::channel(queue_batches);
+/// Starts the task of one sink, behind a queue of [`SINK_QUEUE_ROWS`] rows.
+pub fn spawn(sink: Box<dyn Sink>, context: SinkTaskContext) -> SinkHandle {
+    let (batches, receiver) = mpsc::channel(SINK_QUEUE_BATCHES);
+    let rows = Arc::new(Semaphore::new(SINK_QUEUE_ROWS));
     let task = tokio::spawn(run(sink, receiver, context));
-    SinkHandle { batches, task }
+    SinkHandle {
+        batches: SinkQueue { batches, rows },
+        task,
+    }
 }
 
 async fn run(
     mut sink: Box<dyn Sink>,
-    mut batches: mpsc::Receiver<RowBatch>,
+    mut batches: mpsc::Receiver<Queued>,
     context: SinkTaskContext,
 ) -> Box<dyn Sink> {
     let index = context.index;
@@ -89,10 +132,14 @@ async fn run(
     loop {
         let outcome = tokio::select! {
             batch = batches.recv() => match batch {
-                Some(batch) => match merge_queued(batch, &mut batches, sink.merge_queued_rows()) {
-                    Ok(batch) => write(sink.as_mut(), batch, &context).await,
-                    Err(e) => Err(SinkError::fatal_from("merging queued batches", e)),
-                },
+                Some(Queued { batch, rows }) => {
+                    // Taken off the queue: the lane may queue the next rows meanwhile.
+                    drop(rows);
+                    match merge_queued(batch, &mut batches, sink.merge_queued_rows()) {
+                        Ok(batch) => write(sink.as_mut(), batch, &context).await,
+                        Err(e) => Err(SinkError::fatal_from("merging queued batches", e)),
+                    }
+                }
                 None => break,
             },
             _ = tick.tick() => sink.tick().await,
@@ -127,16 +174,17 @@ async fn run(
 /// one batch), as one batch.
 fn merge_queued(
     first: RowBatch,
-    queue: &mut mpsc::Receiver<RowBatch>,
+    queue: &mut mpsc::Receiver<Queued>,
     limit: usize,
 ) -> Result<RowBatch, arrow::error::ArrowError> {
     let mut rows = first.rows.num_rows();
     let mut rest = Vec::new();
     while rows < limit {
         match queue.try_recv() {
-            Ok(next) => {
-                rows += next.rows.num_rows();
-                rest.push(next);
+            Ok(Queued { batch, rows: taken }) => {
+                drop(taken);
+                rows += batch.rows.num_rows();
+                rest.push(batch);
             }
             Err(_) => break,
         }
@@ -245,9 +293,28 @@ mod tests {
         }
     }
 
+    /// A sink queue as [`spawn`] makes it, with the task's end of it.
+    fn queue(batches: usize) -> (SinkQueue, mpsc::Receiver<Queued>) {
+        let (sender, receiver) = mpsc::channel(batches);
+        let rows = Arc::new(Semaphore::new(SINK_QUEUE_ROWS));
+        (
+            SinkQueue {
+                batches: sender,
+                rows,
+            },
+            receiver,
+        )
+    }
+
+    async fn queues_now(queue: &SinkQueue, batch: RowBatch) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), queue.send(batch))
+            .await
+            .is_ok()
+    }
+
     #[tokio::test]
     async fn queued_batches_merge_up_to_the_limit_with_rows_pointing_at_their_messages() {
-        let (sender, mut queue) = mpsc::channel(8);
+        let (sender, mut queue) = queue(8);
         for first in [4, 8, 12] {
             sender.send(batch(first, 4)).await.unwrap();
         }
@@ -266,7 +333,7 @@ mod tests {
             assert_eq!(values.value(row) as u64, merged.positions[message].offset.1);
         }
         assert_eq!(
-            queue.recv().await.unwrap().positions[0].offset.1,
+            queue.recv().await.unwrap().batch.positions[0].offset.1,
             12,
             "left queued"
         );
@@ -274,28 +341,44 @@ mod tests {
 
     #[tokio::test]
     async fn a_sink_that_does_not_merge_gets_one_batch_at_a_time() {
-        let (sender, mut queue) = mpsc::channel(8);
+        let (sender, mut queue) = queue(8);
         sender.send(batch(4, 4)).await.unwrap();
         let one = merge_queued(batch(0, 4), &mut queue, 0).unwrap();
         assert_eq!(one.positions.len(), 4);
-        let alone = merge_queued(queue.recv().await.unwrap(), &mut queue, 100).unwrap();
+        let next = queue.recv().await.unwrap().batch;
+        let alone = merge_queued(next, &mut queue, 100).unwrap();
         assert_eq!(alone.positions.len(), 4, "nothing else waiting");
     }
 
+    #[tokio::test]
+    async fn a_sink_queue_is_full_at_its_rows_whatever_the_batch_size() {
+        let (sender, mut receiver) = queue(SINK_QUEUE_BATCHES);
+        // Batches of 100 rows: 640 of them, far more than a count of batches let in before.
+        let per_batch = 200;
+        let batches = 2 * SINK_QUEUE_ROWS as u64 / per_batch;
+        for first in (0..batches).map(|b| b * per_batch) {
+            assert!(
+                queues_now(&sender, batch(first, per_batch)).await,
+                "batch at {first}"
+            );
+        }
+        let first_beyond = batches * per_batch;
+        assert!(
+            !queues_now(&sender, batch(first_beyond, per_batch)).await,
+            "full at {SINK_QUEUE_ROWS} rows"
+        );
+        drop(receiver.recv().await.unwrap());
+        assert!(
+            queues_now(&sender, batch(first_beyond, per_batch)).await,
+            "room again once the task took a batch"
+        );
+    }
+
     #[test]
-    fn a_sink_queue_holds_about_the_same_rows_whatever_the_batch_size() {
-        assert_eq!(queue_batches(1_000), 64);
-        assert_eq!(queue_batches(4_000), 16);
-        assert_eq!(queue_batches(100), 64, "at most 64 batches");
-        assert_eq!(
-            queue_batches(100_000),
-            2,
-            "at least one written, one waiting"
-        );
-        assert_eq!(
-            queue_batches(0),
-            64,
-            "0 is refused by validation; no division by it"
-        );
+    fn a_batch_counts_its_rows_at_least_one_at_most_the_queue() {
+        assert_eq!(queue_permits(&batch(0, 8)), 4);
+        assert_eq!(queue_permits(&batch(1, 1)), 1, "dead letters only");
+        let huge = batch(0, 2 * SINK_QUEUE_ROWS as u64 + 2);
+        assert_eq!(queue_permits(&huge), SINK_QUEUE_ROWS as u32);
     }
 }
