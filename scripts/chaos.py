@@ -108,10 +108,11 @@ class Connector:
         return self.proc.wait(timeout=60)
 
 
-def wait_for_acks(connector, lane, since):
+def wait_for_acks(connector, lane, since, nothing_left):
     """Seconds from `since` until the lane acknowledges again (a lane feeding the offline sink
-    only does so when its next file commits: up to rollover_interval later); gives up after
-    300 s."""
+    only does so when its next file commits: up to rollover_interval later); None once
+    `nothing_left()` says every event is published and acknowledged (the lane had caught up
+    before the measurement began); gives up after 300 s."""
     before = acked(connector.port, lane)
     while time.time() - since < 300:
         now = acked(connector.port, lane)
@@ -119,11 +120,17 @@ def wait_for_acks(connector, lane, since):
             break
         if now is not None and before is None:
             before = now
+        if nothing_left():
+            return None
         time.sleep(0.1)
     return time.time() - since
 
 
-def freeze(name, seconds, recovered, lane, connector):
+def describe(seconds):
+    return "nothing left to acknowledge" if seconds is None else f"after {seconds:.1f} s"
+
+
+def freeze(name, seconds, recovered, lane, connector, nothing_left):
     """SIGSTOPs a service for `seconds`, then measures how long the lane takes to ack again."""
     pid = pid_of(name)
     log(f"{name}: frozen for {seconds} s")
@@ -133,22 +140,22 @@ def freeze(name, seconds, recovered, lane, connector):
     finally:
         os.kill(pid, signal.SIGCONT)
     thawed = time.time()
-    seconds_to_ack = wait_for_acks(connector, lane, thawed)
+    seconds_to_ack = wait_for_acks(connector, lane, thawed, nothing_left)
     recovered.append((f"{name} frozen {seconds} s", seconds_to_ack))
-    log(f"{name}: thawed; {lane} lane acknowledging again after {seconds_to_ack:.1f} s")
+    log(f"{name}: thawed; {lane} lane acknowledging again: {describe(seconds_to_ack)}")
 
 
-def restart_broker(recovered, connector, lane):
+def restart_broker(recovered, connector, lane, nothing_left):
     """Stops the broker and starts it again on its data; measures the (online) lane's return."""
     log("pulsar: restarting")
     began = time.time()
     subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "restart-pulsar"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ready = time.time()
-    seconds_to_ack = wait_for_acks(connector, lane, ready)
+    seconds_to_ack = wait_for_acks(connector, lane, ready, nothing_left)
     recovered.append((f"broker restarted ({ready - began:.0f} s down)", seconds_to_ack))
-    log(f"pulsar: back after {ready - began:.1f} s; {lane} lane acknowledging again "
-        f"{seconds_to_ack:.1f} s later")
+    log(f"pulsar: back after {ready - began:.1f} s; {lane} lane acknowledging again: "
+        f"{describe(seconds_to_ack)}")
 
 
 def main():
@@ -213,6 +220,12 @@ offline:
          "--start", "1", "--entities", str(args.entities), "--base-ms", str(BASE_MS), "--batch", "100",
          "--rate", str(args.rate)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started = time.time()
+    subscriptions = subscriptions_of(args.delivery)
+
+    def nothing_left():
+        return producer.poll() is not None and all(
+            backlog(topic, subscription) == 0 for subscription in subscriptions)
+
 
     client = pulsar.Client(os.environ["PULSAR_URL"], logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     # No send timeout: a bad event injected while the broker restarts waits for it (the
@@ -245,9 +258,11 @@ offline:
         if freezes and now >= freezes[0][0]:
             _, name, seconds, lane = freezes.pop(0)
             if name == "pulsar":
-                thread = threading.Thread(target=restart_broker, args=(recovered, connector, lane))
+                thread = threading.Thread(target=restart_broker,
+                                          args=(recovered, connector, lane, nothing_left))
             else:
-                thread = threading.Thread(target=freeze, args=(name, seconds, recovered, lane, connector))
+                thread = threading.Thread(target=freeze,
+                                          args=(name, seconds, recovered, lane, connector, nothing_left))
             thread.start()
             threads.append(thread)
         time.sleep(0.02)
@@ -264,7 +279,6 @@ offline:
         raise SystemExit(f"the producer failed: {err[-2000:]}")
     log(out.strip().splitlines()[-1])
     drained_from = time.time()
-    subscriptions = subscriptions_of(args.delivery)
     while not all(backlog(topic, subscription) == 0 for subscription in subscriptions):
         if time.time() - drained_from > 600:
             raise SystemExit(f"{', '.join(subscriptions)} did not drain within 10 minutes")
@@ -317,7 +331,8 @@ offline:
     report = {
         "events": args.events, "entities": args.entities, "kills": kills, "delivery": args.delivery,
         "outages": [name for name, _ in recovered],
-        "recovery_seconds": {name: round(seconds, 1) for name, seconds in recovered},
+        "recovery_seconds": {name: None if seconds is None else round(seconds, 1)
+                             for name, seconds in recovered},
         "table_rows": len(times), "lost": lost, "duplicated": duplicated,
         "redis_entities_wrong": wrong, "dead_letters": dead, "dead_letter_messages": dead_messages,
         "good_events_dead_lettered": good_dead, "bad_injected": args.bad,
