@@ -71,8 +71,11 @@ async fn the_shared_subscription_acknowledges_nothing_while_redis_is_down() {
     let server = PrivateRedis::start(port, redis_dir.path())
         .ready(&url)
         .await;
-    project.pipeline(
+    // Batches of at most 50 events for 100 entities: each batch holds 50 distinct entities,
+    // so written one by one they would be one HSET per event.
+    project.pipeline_with_source(
         "so",
+        "  max_batch_messages: 50\n",
         "online:\n  key_prefix: so",
         // Every write commits: the offline sink makes rows durable while Redis is down.
         "offline:\n  url: file://offline\n  rollover_rows: 1\n  rollover_interval: 1s",
@@ -136,4 +139,23 @@ async fn the_shared_subscription_acknowledges_nothing_while_redis_is_down() {
     assert_eq!(keys.len() as u64, ENTITIES);
     assert_newest_values_in(&url, "so", "so", EVENTS, ENTITIES).await;
     assert_eq!(unique_events(&store, "so").await, EVENTS as usize);
+    // The batches that waited in the Redis sink's queue were written as one: at most the
+    // 4 batches already under way (50 entities each) plus one merged write of the newest
+    // value per entity, instead of an HSET per event.
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis)
+        .await
+        .expect("INFO commandstats");
+    let hsets: u64 = stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_hset:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .expect("cmdstat_hset in INFO commandstats");
+    println!("Redis outage: {hsets} HSETs for {EVENTS} events");
+    assert!(
+        hsets <= 4 * 50 + ENTITIES,
+        "{hsets} HSETs for {EVENTS} events: the queued batches were not merged"
+    );
 }
