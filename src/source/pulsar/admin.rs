@@ -123,11 +123,7 @@ impl PulsarAdmin {
         path: &str,
         body: &serde_json::Value,
     ) -> Result<String, AdminError> {
-        let url = self.url(path);
-        let request = self
-            .authorized(self.http.post(&url).json(body), &url)
-            .await?;
-        send(request, url).await
+        self.send_json(reqwest::Method::POST, path, body).await
     }
 
     /// `PUT /admin/v2/{path}` with a JSON body: the body of a successful answer.
@@ -136,9 +132,18 @@ impl PulsarAdmin {
         path: &str,
         body: &serde_json::Value,
     ) -> Result<String, AdminError> {
+        self.send_json(reqwest::Method::PUT, path, body).await
+    }
+
+    async fn send_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<String, AdminError> {
         let url = self.url(path);
         let request = self
-            .authorized(self.http.put(&url).json(body), &url)
+            .authorized(self.http.request(method, &url).json(body), &url)
             .await?;
         send(request, url).await
     }
