@@ -124,7 +124,7 @@ pub struct PulsarSourceConfig {
     /// subscription or retention loses them when its ledger rolls over); default
     /// `<subscription>`.
     #[serde(default)]
-    pub dead_letter_subscription: Option<String>,
+    pub dead_letter_subscription: Option<Spanned<String>>,
 }
 
 fn default_pattern_refresh() -> Duration {
@@ -189,17 +189,15 @@ impl PulsarSourceConfig {
                 "must not be empty",
             ));
         }
-        if self
-            .dead_letter_subscription
-            .as_deref()
-            .is_some_and(|name| name.trim().is_empty())
-        {
-            issues.push(ConfigIssue {
-                file: file.to_path_buf(),
-                line: None,
-                key: Some("source.dead_letter_subscription".into()),
-                message: "must not be empty (leave it out for `<subscription>`)".into(),
-            });
+        if let Some(name) = &self.dead_letter_subscription {
+            if name.value.trim().is_empty() {
+                issues.push(issue_at(
+                    file,
+                    name,
+                    "source.dead_letter_subscription",
+                    "must not be empty (leave it out for `<subscription>`)",
+                ));
+            }
         }
         if self.max_batch_messages == 0 {
             issues.push(ConfigIssue {
@@ -294,8 +292,10 @@ impl PulsarSourceConfig {
     /// The subscription that keeps dead letters on the dead-letter topic.
     pub fn dead_letter_subscription(&self) -> &str {
         self.dead_letter_subscription
-            .as_deref()
-            .unwrap_or(&self.subscription.value)
+            .as_ref()
+            .unwrap_or(&self.subscription)
+            .value
+            .as_str()
     }
 
     /// A label for logs and errors: the topics, or the pattern.
@@ -342,5 +342,6 @@ mod tests {
             issues[0].key.as_deref(),
             Some("source.dead_letter_subscription")
         );
+        assert_eq!(issues[0].line, Some(3), "{}", issues[0]);
     }
 }
