@@ -56,21 +56,14 @@ pub fn read_with(reader: &str, table_uri: &str) -> Value {
 
 /// Sets the namespace's retention so that acknowledged messages stay readable (backfill).
 async fn retain(namespace: &str) {
-    let response = reqwest::Client::new()
+    let request = reqwest::Client::new()
         .post(format!(
             "{}/admin/v2/namespaces/public/{namespace}/retention",
             pulsar_admin()
         ))
         .header("content-type", "application/json")
-        .body(r#"{"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}"#)
-        .send()
-        .await
-        .expect("set retention");
-    assert!(
-        response.status().is_success(),
-        "set retention: {}",
-        response.status()
-    );
+        .body(r#"{"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}"#);
+    admin_ok(request, "set retention").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,23 +30,8 @@ fn event_indices(batches: &[(String, arrow::array::RecordBatch)]) -> (usize, BTr
 }
 
 async fn reset_cursor_to_start(topic: &str, subscription: &str) {
-    let path = topic
-        .strip_prefix("persistent://")
-        .expect("persistent topic");
-    let url = format!(
-        "{}/admin/v2/persistent/{path}/subscription/{subscription}/resetcursor/0",
-        pulsar_admin()
-    );
-    let response = reqwest::Client::new()
-        .post(&url)
-        .send()
-        .await
-        .expect("reset cursor");
-    assert!(
-        response.status().is_success(),
-        "reset cursor: {}",
-        response.status()
-    );
+    let url = topic_admin_url(topic, &format!("subscription/{subscription}/resetcursor/0"));
+    admin_ok(reqwest::Client::new().post(&url), "reset cursor").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

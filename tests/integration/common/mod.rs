@@ -416,13 +416,31 @@ where
     panic!("timed out after {timeout:?} waiting for {what}");
 }
 
-/// Backlog of `subscription` on `topic` from the admin API (`None` if it does not exist yet).
-pub async fn backlog(topic: &str, subscription: &str) -> Option<u64> {
+/// `{admin}/admin/v2/persistent/{tenant}/{namespace}/{topic}/{what}` for a persistent `topic`.
+pub fn topic_admin_url(topic: &str, what: &str) -> String {
     let path = topic
         .strip_prefix("persistent://")
         .expect("persistent topic");
+    format!("{}/admin/v2/persistent/{path}/{what}", pulsar_admin())
+}
+
+/// Sends an admin API request and asserts that the broker accepted it (`what` names it).
+pub async fn admin_ok(request: reqwest::RequestBuilder, what: &str) {
+    let response = request
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        response.status().is_success(),
+        "{what}: {}",
+        response.status()
+    );
+}
+
+/// Backlog of `subscription` on `topic` from the admin API (`None` if it does not exist yet).
+pub async fn backlog(topic: &str, subscription: &str) -> Option<u64> {
     for stats in ["stats", "partitioned-stats"] {
-        let url = format!("{}/admin/v2/persistent/{path}/{stats}", pulsar_admin());
+        let url = topic_admin_url(topic, stats);
         let Ok(response) = reqwest::get(&url).await else {
             continue;
         };
@@ -439,13 +457,7 @@ pub async fn backlog(topic: &str, subscription: &str) -> Option<u64> {
 /// The names of the subscriptions of `topic` (admin API, sorted; empty if the topic does not
 /// exist yet).
 pub async fn subscriptions(topic: &str) -> Vec<String> {
-    let path = topic
-        .strip_prefix("persistent://")
-        .expect("persistent topic");
-    let url = format!(
-        "{}/admin/v2/persistent/{path}/subscriptions",
-        pulsar_admin()
-    );
+    let url = topic_admin_url(topic, "subscriptions");
     let Ok(response) = reqwest::get(&url).await else {
         return Vec::new();
     };
@@ -457,10 +469,7 @@ pub async fn subscriptions(topic: &str) -> Vec<String> {
 /// The type (`Failover`, `Key_Shared`, …) of `subscription` on a non-partitioned `topic`
 /// while a consumer is attached, from the topic stats.
 pub async fn subscription_type(topic: &str, subscription: &str) -> Option<String> {
-    let path = topic
-        .strip_prefix("persistent://")
-        .expect("persistent topic");
-    let url = format!("{}/admin/v2/persistent/{path}/stats", pulsar_admin());
+    let url = topic_admin_url(topic, "stats");
     let stats = reqwest::get(&url)
         .await
         .ok()?
@@ -475,13 +484,7 @@ pub async fn subscription_type(topic: &str, subscription: &str) -> Option<String
 /// How many messages of a non-partitioned `topic` lie up to `subscription`'s mark-delete
 /// position (the acknowledged prefix), from the topic's internal stats.
 pub async fn acknowledged_prefix(topic: &str, subscription: &str) -> u64 {
-    let path = topic
-        .strip_prefix("persistent://")
-        .expect("persistent topic");
-    let url = format!(
-        "{}/admin/v2/persistent/{path}/internalStats",
-        pulsar_admin()
-    );
+    let url = topic_admin_url(topic, "internalStats");
     let stats: serde_json::Value = reqwest::get(&url)
         .await
         .expect("admin API")
@@ -510,44 +513,17 @@ pub async fn acknowledged_prefix(topic: &str, subscription: &str) -> u64 {
 /// Unloads a non-partitioned `topic`: the broker closes its current ledger and opens a new
 /// one when the topic is next used, as after a broker restart.
 pub async fn unload_topic(topic: &str) {
-    let path = topic
-        .strip_prefix("persistent://")
-        .expect("persistent topic");
-    let response = reqwest::Client::new()
-        .put(format!(
-            "{}/admin/v2/persistent/{path}/unload",
-            pulsar_admin()
-        ))
-        .send()
-        .await
-        .expect("admin API");
-    assert!(
-        response.status().is_success(),
-        "unload {topic}: {}",
-        response.status()
-    );
+    let request = reqwest::Client::new().put(topic_admin_url(topic, "unload"));
+    admin_ok(request, &format!("unload {topic}")).await;
 }
 
 /// Creates `topic` with `partitions` partitions.
 pub async fn create_partitioned_topic(topic: &str, partitions: u32) {
-    let path = topic
-        .strip_prefix("persistent://")
-        .expect("persistent topic");
-    let response = reqwest::Client::new()
-        .put(format!(
-            "{}/admin/v2/persistent/{path}/partitions",
-            pulsar_admin()
-        ))
+    let request = reqwest::Client::new()
+        .put(topic_admin_url(topic, "partitions"))
         .header("content-type", "application/json")
-        .body(partitions.to_string())
-        .send()
-        .await
-        .expect("admin API");
-    assert!(
-        response.status().is_success(),
-        "create partitioned topic: {}",
-        response.status()
-    );
+        .body(partitions.to_string());
+    admin_ok(request, "create partitioned topic").await;
 }
 
 /// Whether every subscription in `subscriptions` of `topic` has backlog 0.
@@ -705,24 +681,12 @@ pub async fn unique_events(store_url: &str, pipeline: &str) -> usize {
 pub async fn create_namespace(namespace: &str, strategy: &str) {
     let http = reqwest::Client::new();
     let url = format!("{}/admin/v2/namespaces/public/{namespace}", pulsar_admin());
-    let response = http.put(&url).send().await.expect("create namespace");
-    assert!(
-        response.status().is_success(),
-        "create namespace: {}",
-        response.status()
-    );
-    let response = http
+    admin_ok(http.put(&url), "create namespace").await;
+    let request = http
         .put(format!("{url}/schemaCompatibilityStrategy"))
         .header("content-type", "application/json")
-        .body(format!("\"{strategy}\""))
-        .send()
-        .await
-        .expect("set strategy");
-    assert!(
-        response.status().is_success(),
-        "set strategy: {}",
-        response.status()
-    );
+        .body(format!("\"{strategy}\""));
+    admin_ok(request, "set strategy").await;
 }
 
 /// Publishes raw payloads (no schema) to `topic`.
