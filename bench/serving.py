@@ -14,8 +14,12 @@ One run, same Redis, same keys:
      1 and of 50 random entities x 10 features at a fixed concurrency (closed loop) to our
      `POST /get-online-features`, our `/v1/features/{view}`, `feast serve`'s
      `POST /get-online-features` and Redis directly (one HMGET per entity, a request's
-     entities pipelined: the ceiling), then 1-entity requests at a fixed rate (open loop);
-     every measurement is split into rounds and the rounds of all measurements interleaved,
+     entities pipelined: the ceiling), and, for 1-entity requests, the floor of our stack
+     (examples/http_floor.rs: hyper on one current-thread runtime answering a canned body
+     as long as ours, alone, through an axum router, and after one HMGET through redis-rs:
+     what a server built on these crates costs before it does a request's own work); then
+     1-entity requests at a fixed rate (open loop); every measurement is split into rounds
+     and the rounds of all measurements interleaved,
      so that other load on the box drifts over every contender alike; requests/s, latency
      percentiles (pooled over the rounds), CPU per request of the server process(es), of
      redis-server and of the client itself (/proc, net of their idle burn);
@@ -46,6 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 SERVING = BENCH / "serving"
 LOADGEN = ROOT / "target/release/examples/serving_load"
+HTTP_FLOOR = ROOT / "target/release/examples/http_floor"
+# Contenders measured only with 1-entity requests in the closed loop.
+FLOORS = ("floor_canned", "floor_axum", "floor_redis")
+FLOOR_MODES = {"floor_canned": "canned", "floor_axum": "axum-canned", "floor_redis": "redis"}
 VIEW = "serving_bench"
 KEY = "entity_id"
 KEY_PREFIX = "entity-"
@@ -259,6 +267,8 @@ def main():
     config = ["--root", str(BENCH), "--connectors", str(SERVING / "connectors"),
               "--config", str(SERVING / "service.yaml")]
     connector = feast = None
+    floor_servers = []
+    floor_prefix = f"fcfloor:{project}:"
     try:
         log(f"publishing {args.entities:,} events, one per entity, to {topic}")
         subprocess.run([str(BIN), "produce", *config, "--pipeline", VIEW, "--topic", topic,
@@ -300,8 +310,11 @@ def main():
         found = compare_answers(serving_port, feast_port, args)
         log(f"  same values from every contender ({found} features × 50 entities compared)")
 
+        floor_ports = {key: free_port() for key in FLOORS} if 1 in sizes else {}
+        if floor_ports:
+            floor_servers = start_floors(work, floor_ports, floor_prefix, args, serving_port)
         pids = {"connector": [connector.proc.pid], "feast": [feast.proc.pid, *children(feast.proc.pid)],
-                "redis": [redis_pid]}
+                "redis": [redis_pid], **{key: [server.proc.pid] for key, server in zip(FLOORS, floor_servers)}}
         floors = idle_floors(pids)
         contenders = [
             ("ours_feast", "feature-connector `POST /get-online-features`", "feast", f"127.0.0.1:{serving_port}", "connector"),
@@ -311,9 +324,19 @@ def main():
                       "`POST /get-online-features`", "feast", f"127.0.0.1:{feast_port}", "feast"),
             ("redis", "Redis directly: HMGET per entity, pipelined (ceiling)", "redis", REDIS_URL, None),
         ]
+        if floor_ports:
+            contenders += [
+                ("floor_canned", "floor: hyper answering a canned body as long as ours (no Redis, no JSON)",
+                 "feast", f"127.0.0.1:{floor_ports['floor_canned']}", "floor_canned"),
+                ("floor_axum", "floor: the same through an axum router, hyper's header timer on (as ours)",
+                 "feast", f"127.0.0.1:{floor_ports['floor_axum']}", "floor_axum"),
+                ("floor_redis", "floor: hyper + one HMGET of 11 fields (redis-rs, multiplexed), canned body",
+                 "feast", f"127.0.0.1:{floor_ports['floor_redis']}", "floor_redis"),
+            ]
         # Every measurement is split into rounds and the rounds interleaved, so that the load
         # other work puts on the box while this runs falls on every contender alike.
-        measurements = [(key, size, None) for size in sizes for key, *_ in contenders]
+        measurements = [(key, size, None) for size in sizes for key, *_ in contenders
+                        if size == 1 or key not in FLOORS]
         measurements += [(key, 1, args.rate) for key, *_ in contenders if key != "feast"]
         by_key = {c[0]: c for c in contenders}
         runs = {m: [] for m in measurements}
@@ -321,7 +344,7 @@ def main():
         log(f"warming every contender up, then {args.rounds} interleaved rounds of "
             f"{args.duration_s / args.rounds:.1f} s per measurement")
         for key, label, mode, target, server in contenders:
-            for size in sizes:
+            for size in sizes if key not in FLOORS else [1]:
                 loadgen(mode, target, size, args, {}, 1.0, project=project)
         for round_ in range(args.rounds):
             for measurement in measurements:
@@ -347,10 +370,11 @@ def main():
         connector.sample()
         rss = connector.rss_samples[-1] if connector.rss_samples else None
     finally:
-        for process in (feast, connector):
+        for process in (feast, connector, *floor_servers):
             if process is not None:
                 process.stop()
         deleted = project_keys(project, "del")
+        delete_floor_keys(floor_prefix)
         log(f"deleted {deleted:,} benchmark keys; topic {topic} deleted")
         delete_topic(topic)
     report = render(args, rows, floors, ingest_s, rss, load_before, load_average(), sizes)
@@ -358,6 +382,41 @@ def main():
     args.out.write_text(report)
     print(report)
     log(f"work dir {work} (logs); table in {args.out}")
+
+
+def start_floors(work, ports, prefix, args, serving_port):
+    """The floor servers of examples/http_floor.rs, answering as many bytes as our 1-entity
+    answer; the Redis one reads hashes of 11 fields (as many as ours asks per entity),
+    written here under `prefix`."""
+    body = json.dumps({"features": [f"{VIEW}:{name}" for name, _ in FEATURES],
+                       "entities": {KEY: [f"{KEY_PREFIX}1"]}}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{serving_port}/get-online-features", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        answer_bytes = len(answer.read())
+    fields = " ".join(f"'f{i}', '{10_000_000 + i}'" for i in range(11))
+    redis_cli("eval", f"for i = 0, {args.entities - 1} do redis.call('HSET', ARGV[1] .. i, {fields}) end",
+              "0", prefix)
+    servers = []
+    for key, port in ports.items():
+        mode = FLOOR_MODES[key]
+        servers.append(Process([str(HTTP_FLOOR), "--bind", f"127.0.0.1:{port}", "--mode", mode, "--redis", REDIS_URL,
+                                "--prefix", prefix, "--entities", str(args.entities),
+                                "--answer-bytes", str(answer_bytes)], log_path=work / f"{key}.log"))
+    for key, port in ports.items():
+        wait_until(f"the {key} server", lambda: port_open(port), timeout=30, every=0.1)
+    return servers
+
+
+def port_open(port):
+    import socket
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def delete_floor_keys(prefix):
+    redis_cli("eval", "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do "
+              "redis.call('UNLINK', k) n = n + 1 end return n", "0", prefix)
 
 
 def parse_seconds(text):
@@ -412,8 +471,10 @@ def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes):
     ]
     for size in sizes:
         ours = rows[("ours_feast", size, None)]["requests_per_s"]
-        for key in ("ours_feast", "ours_v1", "feast", "redis"):
-            r = rows[(key, size, None)]
+        for key in ("ours_feast", "ours_v1", "feast", "redis", *FLOORS):
+            r = rows.get((key, size, None))
+            if r is None:
+                continue
             client_cores = r["client_cpu_s"] / r["seconds"]
             lines.append(
                 f"| {r['contender']} | {size} × 10 | {fmt(r['requests_per_s'])} "
@@ -486,6 +547,15 @@ def targets(args, rows, sizes):
                    f"(server {fmt(net_cpu_us(rows[('ours_feast', size, None)], 'server'), 1)}), `feast serve` "
                    f"{fmt(paths['feast'], 1)} ({fmt(ratio(paths['feast'], paths['ours_feast']), 1)} × ours), "
                    f"direct Redis {fmt(paths['redis'], 1)} ({fmt(ratio(paths['redis'], paths['ours_feast']), 2)} × ours)")
+    if all((key, 1, None) in rows for key in FLOORS):
+        feast = rows[("feast", 1, None)]["requests_per_s"]
+        parts = []
+        for key, what in zip(FLOORS, ("hyper answering alone", "through axum", "hyper after one HMGET")):
+            r = rows[(key, 1, None)]
+            parts.append(f"{what} {fmt(r['requests_per_s'])} requests/s = {fmt(ratio(r['requests_per_s'], feast), 1)} × "
+                         f"`feast serve`, whole path {fmt(whole_path_us(r), 1)} µs (server "
+                         f"{fmt(net_cpu_us(r, 'server'), 1)})")
+        out.append(f"- 1 entity, the floor of our stack (hyper + redis-rs, no request work): {'; '.join(parts)}")
     return out
 
 

@@ -20,7 +20,7 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --release --quiet --bin feature-connector --bin feature-connector-loadgen --example serving_load
+cargo build --release --quiet --bin feature-connector --bin feature-connector-loadgen --example serving_load --example http_floor
 if [[ "${1:-}" == ingest ]]; then
   shift
   exec python3 bench/serving_ingest.py "$@"
