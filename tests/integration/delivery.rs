@@ -139,9 +139,11 @@ async fn the_shared_subscription_acknowledges_nothing_while_redis_is_down() {
     assert_eq!(keys.len() as u64, ENTITIES);
     assert_newest_values_in(&url, "so", "so", EVENTS, ENTITIES).await;
     assert_eq!(unique_events(&store, "so").await, EVENTS as usize);
-    // The batches that waited in the Redis sink's queue were written as one: at most the
-    // 4 batches already under way (50 entities each) plus one merged write of the newest
-    // value per entity, instead of an HSET per event.
+    // The batches that waited in the Redis sink's queue were written merged, the newest
+    // value per entity once, instead of an HSET per event (850 to 950 with merging
+    // disabled). The count depends on timing: the batches the sink took before Redis came
+    // back (4 in flight and one waiting for room, 50 entities each) are written as they
+    // are, and what the lane queued meanwhile is merged (100 to 400 seen).
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut redis)
@@ -155,7 +157,7 @@ async fn the_shared_subscription_acknowledges_nothing_while_redis_is_down() {
         .expect("cmdstat_hset in INFO commandstats");
     println!("Redis outage: {hsets} HSETs for {EVENTS} events");
     assert!(
-        hsets <= 4 * 50 + ENTITIES,
+        hsets <= EVENTS / 2,
         "{hsets} HSETs for {EVENTS} events: the queued batches were not merged"
     );
 }
