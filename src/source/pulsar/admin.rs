@@ -157,8 +157,7 @@ impl PulsarAdmin {
     /// The broker's stats of one topic or partition (`…/stats`).
     pub async fn topic_stats(&self, topic: &str) -> Result<serde_json::Value, AdminError> {
         let name = TopicName::parse(topic)?;
-        self.get_json(&format!("{}/{}/stats", name.domain, name.admin_path()))
-            .await
+        self.get_json(&format!("{}/stats", name.admin_path())).await
     }
 
     /// Creates the durable subscription `subscription` on `topic` at its earliest message
@@ -171,8 +170,7 @@ impl PulsarAdmin {
     ) -> Result<bool, AdminError> {
         let name = TopicName::parse(topic)?;
         let path = format!(
-            "{}/{}/subscription/{}",
-            name.domain,
+            "{}/subscription/{}",
             name.admin_path(),
             percent_encoding::utf8_percent_encode(subscription, percent_encoding::NON_ALPHANUMERIC)
         );

@@ -60,11 +60,12 @@ impl<'a> TopicName<'a> {
         format!("{}/{}/{}", self.tenant, self.namespace, self.local)
     }
 
-    /// `tenant/namespace/topic[-partition-N]`: this topic or partition in admin URLs.
+    /// `domain/tenant/namespace/topic[-partition-N]`: this topic or partition in admin v2
+    /// URLs (`/admin/v2/persistent/…/stats`).
     pub fn admin_path(&self) -> String {
         match self.partition {
-            Some(index) => format!("{}-partition-{index}", self.topic_path()),
-            None => self.topic_path(),
+            Some(index) => format!("{}/{}-partition-{index}", self.domain, self.topic_path()),
+            None => format!("{}/{}", self.domain, self.topic_path()),
         }
     }
 }
@@ -100,7 +101,7 @@ mod tests {
         assert_eq!(name.local, "f");
         assert_eq!(name.partition, Some(2));
         assert_eq!(name.topic_path(), "public/default/f");
-        assert_eq!(name.admin_path(), "public/default/f-partition-2");
+        assert_eq!(name.admin_path(), "persistent/public/default/f-partition-2");
         assert_eq!(name.namespace_path(), "public/default");
     }
 
