@@ -147,8 +147,8 @@ mod tests {
     }
 
     /// A rollover's file, written with the pipeline's properties (uncompressed, so sizes
-    /// compare encodings): its bytes and the data page encodings of each column.
-    fn write_rollover(batch: &RecordBatch, dictionary_limit: Option<usize>) -> (usize, Vec<u8>) {
+    /// compare encodings), with another dictionary limit when given.
+    fn write_rollover(batch: &RecordBatch, dictionary_limit: Option<usize>) -> Vec<u8> {
         let config: OfflineSinkConfig =
             serde_saphyr::from_str("url: memory:///t\ncompression: none\n").unwrap();
         let mut properties = writer_properties(&config, Vec::new()).unwrap();
@@ -165,7 +165,7 @@ mod tests {
                 .unwrap();
         writer.write(batch).unwrap();
         writer.close().unwrap();
-        (file.len(), file)
+        file
     }
 
     #[test]
@@ -184,7 +184,8 @@ mod tests {
             StringArray::from_iter_values((0..rows).map(|i| format!("country-{}", i % 200)));
         let batch = RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(countries)]).unwrap();
 
-        let (size, file) = write_rollover(&batch, None);
+        let file = write_rollover(&batch, None);
+        let size = file.len();
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(file)).unwrap();
         let chunk = |column: usize| reader.metadata().row_group(0).column(column).clone();
         let data_pages = |column: usize| {
@@ -207,7 +208,7 @@ mod tests {
 
         // Parquet's default limit keeps all 50,000 distinct ids in a dictionary larger than
         // the plain column.
-        let (default_size, _) = write_rollover(&batch, Some(1024 * 1024));
+        let default_size = write_rollover(&batch, Some(1024 * 1024)).len();
         assert!(size < default_size, "{size} bytes against {default_size}");
     }
 }
