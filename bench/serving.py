@@ -111,16 +111,21 @@ def children(pid):
 
 
 # Feast's keys are binary (a length can be a newline byte): scanned and deleted inside Redis.
-SCAN_PROJECT = ("local cursor = '0' local n = 0 repeat "
+SCAN_KEYS = ("local cursor = '0' local n = 0 repeat "
                 "local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 10000) cursor = r[1] "
                 "for _, k in ipairs(r[2]) do if ARGV[2] == 'del' then redis.call('DEL', k) end n = n + 1 end "
                 "until cursor == '0' return n")
 
 
+def matching_keys(pattern, action="count"):
+    """The number of keys matching `pattern`; with `action` "del", deleted too."""
+    return int(redis_cli("eval", SCAN_KEYS, "0", pattern, action).strip() or 0)
+
+
 def project_keys(project, action="count"):
     """The number of the Feast layout's keys of `project` (they end with its name); with
     `action` "del", deleted too."""
-    return int(redis_cli("eval", SCAN_PROJECT, "0", f"*{project}", action).strip() or 0)
+    return matching_keys(f"*{project}", action)
 
 
 def feast_repo(work, project):
@@ -374,7 +379,7 @@ def main():
             if process is not None:
                 process.stop()
         deleted = project_keys(project, "del")
-        delete_floor_keys(floor_prefix)
+        matching_keys(f"{floor_prefix}*", "del")
         log(f"deleted {deleted:,} benchmark keys; topic {topic} deleted")
         delete_topic(topic)
     report = render(args, rows, floors, ingest_s, rss, load_before, load_average(), sizes)
@@ -412,11 +417,6 @@ def port_open(port):
     import socket
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def delete_floor_keys(prefix):
-    redis_cli("eval", "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do "
-              "redis.call('UNLINK', k) n = n + 1 end return n", "0", prefix)
 
 
 def parse_seconds(text):
