@@ -46,6 +46,13 @@ pub struct ServingLabels {
     pub code: u16,
 }
 
+/// Labels of the serving cache's entity reads.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// `hit` (answered from memory) or `miss` (read from Redis).
+    pub outcome: &'static str,
+}
+
 /// Labels of per-pipeline metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
@@ -101,6 +108,10 @@ pub struct Metrics {
     /// Feature reads answered by the serving listener, by endpoint and status (refusals
     /// included).
     pub serving_requests: Family<ServingLabels, Counter>,
+    /// Entity reads of the serving cache (`serving.cache_entities`), by outcome.
+    pub serving_cache_reads: Family<CacheLabels, Counter>,
+    /// Cached entities dropped because Redis said they changed (or the cache was full).
+    pub serving_cache_invalidations: Counter,
 }
 
 impl Default for Metrics {
@@ -252,9 +263,23 @@ impl Metrics {
             "Feature reads answered by the serving listener, by endpoint and HTTP status",
             serving_requests.clone(),
         );
+        let serving_cache_reads = Family::<CacheLabels, Counter>::default();
+        registry.register(
+            "serving_cache_reads",
+            "Entity reads of the serving cache, by outcome (hit: answered from memory)",
+            serving_cache_reads.clone(),
+        );
+        let serving_cache_invalidations = Counter::default();
+        registry.register(
+            "serving_cache_invalidations",
+            "Cached entities dropped because Redis said they changed, or to make room",
+            serving_cache_invalidations.clone(),
+        );
         Self {
             registry,
             serving_requests,
+            serving_cache_reads,
+            serving_cache_invalidations,
             freshness_event_time_seconds,
             freshness_publish_time_seconds,
             messages_received,

@@ -1,5 +1,6 @@
 //! `feature-connector run`.
 
+use std::num::NonZeroUsize;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -8,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::{ConfigError, PipelineConfig, ServiceConfig};
 use crate::http::{ProbeState, Reads};
-use crate::sink::redis::{OnlineReader, OnlineView};
+use crate::metrics::Metrics;
+use crate::sink::redis::{OnlineReader, OnlineView, ReadCache};
 
 /// Runs all pipelines until SIGTERM/SIGINT, then drains within the shutdown deadline.
 pub async fn run(args: ConfigArgs) -> ExitCode {
@@ -63,7 +65,7 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
         // compete for the serving port.
         tracing::info!("no pipeline has an online sink; feature reads are not served");
     } else if !service.serving.bind.is_empty() {
-        let reads = online_reads(&service, views);
+        let reads = online_reads(&service, views, &metrics);
         match crate::http::serve_reads(
             &service.serving,
             token,
@@ -146,8 +148,12 @@ fn serving_checks(
 
 /// The reader behind the serving listener. Redis being down at start is no reason to stop:
 /// reads answer 503 until it is back, and connect again by themselves.
-fn online_reads(service: &ServiceConfig, views: Vec<OnlineView>) -> Reads {
-    match OnlineReader::new(&service.redis, views) {
+fn online_reads(service: &ServiceConfig, views: Vec<OnlineView>, metrics: &Arc<Metrics>) -> Reads {
+    let cache = NonZeroUsize::new(service.serving.cache_entities).map(|entities| ReadCache {
+        entities,
+        metrics: metrics.clone(),
+    });
+    match OnlineReader::new(&service.redis, views, cache) {
         Ok(reader) => Reads::Ready(Arc::new(reader)),
         Err(e) => {
             tracing::warn!(error = %e, "online reads disabled: the Redis client cannot be set up");

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::{parse_yaml, read_yaml_file, ConfigError, ConfigIssue};
 use crate::sink::delta::ObjectStoreServiceConfig;
-use crate::sink::redis::RedisServiceConfig;
+use crate::sink::redis::{RedisMode, RedisServiceConfig};
 use crate::source::pulsar::PulsarServiceConfig;
 
 /// The service config compiled into the binary (`config/default.yaml`): local services on
@@ -80,6 +80,11 @@ pub struct ServingConfig {
     /// large requests faster on a box with cores to spare.
     #[serde(default = "default_serving_threads")]
     pub threads: usize,
+    /// Entities (Redis keys) whose rows the reads keep in memory, each dropped when Redis
+    /// says its key changed (RESP3 client tracking); 0 reads Redis every time. One Redis
+    /// server only.
+    #[serde(default)]
+    pub cache_entities: usize,
     /// Feast feature services by name: each a list of `view:feature` references or whole
     /// views (`view`), as `feature_service` in `/get-online-features` names them.
     #[serde(default)]
@@ -97,6 +102,7 @@ impl Default for ServingConfig {
             request_timeout: default_request_timeout(),
             max_concurrent_requests: default_max_concurrent(),
             threads: default_serving_threads(),
+            cache_entities: 0,
             feature_services: BTreeMap::new(),
         }
     }
@@ -114,6 +120,7 @@ impl std::fmt::Debug for ServingConfig {
             .field("request_timeout", &self.request_timeout)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
             .field("threads", &self.threads)
+            .field("cache_entities", &self.cache_entities)
             .field("feature_services", &self.feature_services)
             .finish()
     }
@@ -223,6 +230,14 @@ impl ServiceConfig {
             if value == 0 {
                 issues.push(issue(key, "must be at least 1".into()));
             }
+        }
+        if serving.cache_entities > 0 && self.redis.mode == RedisMode::Cluster {
+            issues.push(issue(
+                "cache_entities",
+                "needs redis.mode standalone: Redis tells a connection which keys it read \
+                 changed, and a cluster's reads go through one connection per node"
+                    .into(),
+            ));
         }
         if serving.request_timeout.is_zero() {
             issues.push(issue("request_timeout", "must be positive".into()));

@@ -19,6 +19,7 @@ mod online;
 mod redis_outage;
 mod schemas;
 mod security;
+mod serving_cache;
 mod serving_feast;
 mod serving_guard;
 mod serving_hostile;

@@ -229,6 +229,24 @@ async fn serving_settings_are_checked_like_other_config() {
             );
         }
     }
+    // A cache needs one Redis server: tracking is per server connection.
+    let project = Project::new(&redis_url());
+    project.pipeline(
+        "guarded",
+        "online:\n  key_prefix: g",
+        "offline:\n  enabled: false",
+    );
+    project.redis_extra("  mode: cluster");
+    project.serving_extra("  cache_entities: 1000");
+    for command in ["validate", "run"] {
+        let output = project.run_command(&[command]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{command}: {stderr}");
+        assert!(
+            stderr.contains("key `serving.cache_entities`") && stderr.contains("standalone"),
+            "{command}: {stderr}"
+        );
+    }
     // One port for both listeners.
     let project = Project::new(&redis_url());
     project.pipeline(

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arrow::datatypes::DataType;
+use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::request::{plan, OnlineFeaturesRequest};
@@ -204,11 +205,17 @@ fn answers_have_feasts_shape_and_statuses() {
     let found = vec![vec![
         Found {
             event_time_ms: Some(now - 1_500),
-            values: vec![Some(b"3".to_vec()), Some(b"0.1".to_vec())],
+            values: vec![
+                Some(Bytes::from_static(b"3")),
+                Some(Bytes::from_static(b"0.1")),
+            ],
         },
         Found {
             event_time_ms: Some(now - 61_000),
-            values: vec![Some(b"4".to_vec()), Some(b"NaN".to_vec())],
+            values: vec![
+                Some(Bytes::from_static(b"4")),
+                Some(Bytes::from_static(b"NaN")),
+            ],
         },
         Found {
             event_time_ms: None,
@@ -216,7 +223,7 @@ fn answers_have_feasts_shape_and_statuses() {
         },
         Found {
             event_time_ms: Some(now),
-            values: vec![None, Some(b"x".to_vec())],
+            values: vec![None, Some(Bytes::from_static(b"x"))],
         },
     ]];
     let answer = serde_json::to_value(build(&planned, found, now, true, true)).unwrap();

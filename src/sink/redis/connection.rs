@@ -1,5 +1,7 @@
 //! One Redis server or a Redis Cluster, behind one small interface, with optional TLS.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -7,8 +9,8 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::io::tcp::TcpSettings;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisResult,
-    Script, ServerErrorKind, TlsCertificates,
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo,
+    ProtocolVersion, PushInfo, PushKind, RedisResult, Script, ServerErrorKind, TlsCertificates,
 };
 use serde::Deserialize;
 
@@ -37,8 +39,8 @@ pub enum RedisClient {
 /// A live, multiplexed connection (cheap to clone).
 #[derive(Clone)]
 pub enum RedisConnection {
-    /// One server.
-    Single(MultiplexedConnection),
+    /// One server; for a tracking connection, the flag it raises when it drops.
+    Single(MultiplexedConnection, Option<Arc<AtomicBool>>),
     /// A cluster.
     Cluster(ClusterConnection),
 }
@@ -55,6 +57,9 @@ pub enum RedisSetupError {
         #[source]
         source: std::io::Error,
     },
+    /// Client tracking (`serving.cache_entities`) was asked of a Redis Cluster.
+    #[error("serving.cache_entities needs redis.mode standalone: client tracking is per server connection")]
+    TrackingOnCluster,
     /// The URL (or a cluster node's) is not a Redis URL.
     #[error("invalid Redis URL: {0}")]
     InvalidUrl(#[source] redis::RedisError),
@@ -63,6 +68,22 @@ pub enum RedisSetupError {
 impl RedisClient {
     /// A client for the service config: URL(s), timeouts, TLS root certificate.
     pub fn open(service: &RedisServiceConfig) -> Result<Self, RedisSetupError> {
+        Self::open_with(service, ProtocolVersion::RESP2)
+    }
+
+    /// Like [`RedisClient::open`], speaking RESP3 so that a connection can hear what Redis
+    /// pushes ([`RedisClient::connect_tracking`]); one server only.
+    pub fn open_tracking(service: &RedisServiceConfig) -> Result<Self, RedisSetupError> {
+        if service.mode == RedisMode::Cluster {
+            return Err(RedisSetupError::TrackingOnCluster);
+        }
+        Self::open_with(service, ProtocolVersion::RESP3)
+    }
+
+    fn open_with(
+        service: &RedisServiceConfig,
+        protocol: ProtocolVersion,
+    ) -> Result<Self, RedisSetupError> {
         let certificates = match &service.tls_ca_file {
             Some(path) => Some(TlsCertificates {
                 client_tls: None,
@@ -87,6 +108,8 @@ impl RedisClient {
                     .into_connection_info()
                     .map_err(invalid)?
                     .set_tcp_settings(tcp);
+                let settings = info.redis_settings().clone().set_protocol(protocol);
+                let info = info.set_redis_settings(settings);
                 let client = match certificates {
                     Some(certs) => Client::build_with_tls(info, certs).map_err(invalid)?,
                     None => Client::open(info).map_err(invalid)?,
@@ -127,15 +150,61 @@ impl RedisClient {
                 client
                     .get_multiplexed_async_connection_with_config(config)
                     .await?,
+                None,
             )),
             RedisClient::Cluster(client) => Ok(RedisConnection::Cluster(
                 client.get_async_connection().await?,
             )),
         }
     }
+
+    /// Connects with `CLIENT TRACKING ON` (a client from [`RedisClient::open_tracking`]):
+    /// Redis then pushes an invalidation when a key this connection read changes. Every push,
+    /// and the connection's drop (a `Disconnection` push), goes to `on_push` in the order
+    /// Redis sent it among the replies.
+    pub async fn connect_tracking(
+        &self,
+        on_push: impl Fn(&PushInfo) + Send + Sync + 'static,
+    ) -> RedisResult<RedisConnection> {
+        let RedisClient::Single(client, config) = self else {
+            return Err(redis::RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "client tracking is not supported on a Redis Cluster",
+            )));
+        };
+        // A dropped connection hears of no more writes: the flag tells its user to connect
+        // again rather than trust what it learnt through it.
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = dropped.clone();
+        let config = config.clone().set_push_sender(move |push: PushInfo| {
+            if push.kind == PushKind::Disconnection {
+                flag.store(true, Ordering::Release);
+            }
+            on_push(&push);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("CLIENT")
+            .arg("TRACKING")
+            .arg("ON")
+            .query_async::<()>(&mut connection)
+            .await?;
+        Ok(RedisConnection::Single(connection, Some(dropped)))
+    }
 }
 
 impl RedisConnection {
+    /// Whether a tracking connection has dropped (what it cached may be stale: it must be
+    /// replaced).
+    pub fn has_dropped(&self) -> bool {
+        match self {
+            RedisConnection::Single(_, Some(dropped)) => dropped.load(Ordering::Acquire),
+            RedisConnection::Single(_, None) | RedisConnection::Cluster(_) => false,
+        }
+    }
+
     /// Runs `commands` and returns their replies in order: one pipelined round trip on a
     /// single server; on a cluster each is routed by its key, all in flight at once.
     pub async fn query_all<T: FromRedisValue>(
@@ -143,7 +212,7 @@ impl RedisConnection {
         commands: Vec<Cmd>,
     ) -> RedisResult<Vec<T>> {
         match self {
-            RedisConnection::Single(connection) => {
+            RedisConnection::Single(connection, _) => {
                 let mut pipe = redis::pipe();
                 for command in commands {
                     pipe.add_command(command);
@@ -166,7 +235,7 @@ impl RedisConnection {
     /// run again; they are idempotent.
     pub async fn invoke_all(&mut self, script: &Script, calls: &[Cmd]) -> RedisResult<()> {
         match self {
-            RedisConnection::Single(connection) => {
+            RedisConnection::Single(connection, _) => {
                 let mut pipe = redis::Pipeline::with_capacity(calls.len());
                 for call in calls {
                     pipe.add_command(call.clone()).ignore();

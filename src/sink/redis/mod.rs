@@ -1,6 +1,8 @@
 //! The Redis online sink: one hash per entity, newest event time wins.
 
 mod builder;
+mod cache;
+mod cached_reads;
 mod calls;
 mod config;
 mod connection;
@@ -11,6 +13,7 @@ mod probe;
 mod reader;
 mod section;
 mod values;
+mod view;
 mod writer;
 
 pub use builder::RedisSinkBuilder;
@@ -19,7 +22,7 @@ pub use connection::{RedisClient, RedisConnection, RedisMode, RedisSetupError};
 pub use feast::supported as feast_supports;
 pub use layout::{entity_key, Layout, NativeLayout, EVENT_TIME_FIELD};
 pub use probe::RedisProbe;
-pub use reader::{Found, Lookup, OnlineReader, OnlineView, QueryError};
+pub use reader::{Found, Lookup, OnlineReader, OnlineView, QueryError, ReadCache};
 pub use section::overlapping_key_spaces;
 pub use values::ValueStyle;
 pub use writer::RedisSink;

@@ -3,16 +3,17 @@
 //! values and the features asked, read with one `HMGET` per entity, every view of a request
 //! in one pipelined round trip.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
-use arrow::datatypes::DataType;
+use bytes::Bytes;
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
 
-use super::feast;
-use super::layout::{entity_key, EVENT_TIME_FIELD};
-use super::values::{decode, ValueStyle};
-use super::{LayoutKind, RedisClient, RedisConnection, RedisServiceConfig};
+use super::cached_reads::ReaderCache;
+use super::values::ValueStyle;
+pub use super::view::OnlineView;
+use super::{RedisClient, RedisConnection, RedisServiceConfig};
+use crate::metrics::Metrics;
 
 /// A query that cannot be answered.
 #[derive(Debug, thiserror::Error)]
@@ -61,134 +62,6 @@ impl QueryError {
     }
 }
 
-/// One pipeline's online features as readers see them.
-#[derive(Debug, Clone)]
-pub struct OnlineView {
-    /// The view's name (the pipeline's).
-    pub name: String,
-    /// Key prefix of the native layout.
-    pub prefix: String,
-    /// Join keys with their Arrow types, in key order.
-    pub keys: Vec<(String, DataType)>,
-    /// Features with their Arrow types.
-    pub features: Vec<(String, DataType)>,
-    /// How the values are laid out in Redis.
-    pub layout: LayoutKind,
-    /// Feast project of the Feast layout.
-    pub project: String,
-    /// The sink's `online.ttl`: values whose event time is older are past their max age (a
-    /// hash whose expiry was refreshed by a late event can hold such values).
-    pub ttl: Option<Duration>,
-}
-
-impl OnlineView {
-    /// The view of pipeline `name` written by the sink `online`; `types` gives each column's
-    /// Arrow type (a column not in it reads as a string).
-    pub fn new(
-        name: &str,
-        online: &super::OnlineSinkConfig,
-        keys: &[String],
-        features: &[String],
-        types: &[(String, DataType)],
-    ) -> Self {
-        let typed = |names: &[String]| -> Vec<(String, DataType)> {
-            names
-                .iter()
-                .map(|f| {
-                    let data_type = types
-                        .iter()
-                        .find(|(name, _)| name == f)
-                        .map_or(DataType::Utf8, |(_, t)| t.clone());
-                    (f.clone(), data_type)
-                })
-                .collect()
-        };
-        Self {
-            name: name.to_string(),
-            prefix: online.key_prefix.clone(),
-            keys: typed(keys),
-            features: typed(features),
-            layout: online.layout,
-            project: online
-                .feast_project
-                .clone()
-                .unwrap_or_else(|| name.to_string()),
-            ttl: online.ttl,
-        }
-    }
-
-    /// The position of feature `name` in [`OnlineView::features`].
-    pub fn feature_index(&self, name: &str) -> Result<usize, QueryError> {
-        self.features
-            .iter()
-            .position(|(f, _)| f == name)
-            .ok_or_else(|| QueryError::UnknownFeature {
-                view: self.name.clone(),
-                feature: name.to_string(),
-            })
-    }
-
-    /// The view's join keys, comma-separated, for messages.
-    pub fn key_names(&self) -> String {
-        let names: Vec<&str> = self.keys.iter().map(|(k, _)| k.as_str()).collect();
-        names.join(", ")
-    }
-
-    /// Feature `feature` (an index into [`OnlineView::features`]) stored as `raw`, as JSON.
-    pub fn decode(&self, feature: usize, raw: &[u8], style: ValueStyle) -> Value {
-        let data_type = self
-            .features
-            .get(feature)
-            .map_or(&DataType::Utf8, |(_, t)| t);
-        decode(self.layout, data_type, raw, style)
-    }
-
-    /// The Redis key of an entity whose join key values are given as text, in key order.
-    fn redis_key(&self, values: &[String]) -> Result<Vec<u8>, QueryError> {
-        match self.layout {
-            LayoutKind::Native => Ok(entity_key(&self.prefix, &self.name, values).into_bytes()),
-            LayoutKind::Feast => {
-                let typed: Vec<(String, String, DataType)> = self
-                    .keys
-                    .iter()
-                    .zip(values)
-                    .map(|((name, data_type), value)| {
-                        (name.clone(), value.clone(), data_type.clone())
-                    })
-                    .collect();
-                feast::key_from_text(&self.project, &typed).map_err(|reason| QueryError::BadKey {
-                    view: self.name.clone(),
-                    reason,
-                })
-            }
-        }
-    }
-
-    /// The hash field holding the event time.
-    fn time_field(&self) -> Vec<u8> {
-        match self.layout {
-            LayoutKind::Native => EVENT_TIME_FIELD.as_bytes().to_vec(),
-            LayoutKind::Feast => format!("_ts:{}", self.name).into_bytes(),
-        }
-    }
-
-    fn feature_field(&self, feature: usize) -> Vec<u8> {
-        let name = self.features.get(feature).map_or("", |(f, _)| f.as_str());
-        match self.layout {
-            LayoutKind::Native => name.as_bytes().to_vec(),
-            LayoutKind::Feast => feast::field_hash(&self.name, name).to_vec(),
-        }
-    }
-
-    /// Epoch ms of the stored event time field.
-    fn event_time(&self, raw: &[u8]) -> Option<i64> {
-        match self.layout {
-            LayoutKind::Native => std::str::from_utf8(raw).ok()?.parse::<i64>().ok(),
-            LayoutKind::Feast => feast::decode_timestamp(raw),
-        }
-    }
-}
-
 /// One view's part of a read: the features asked and the entities to look up.
 #[derive(Debug, Clone)]
 pub struct Lookup<'a> {
@@ -207,7 +80,15 @@ pub struct Found {
     /// entity in this view (never written, or expired).
     pub event_time_ms: Option<i64>,
     /// Per feature asked, the stored bytes; `None` for a field not there (a null feature).
-    pub values: Vec<Option<Vec<u8>>>,
+    pub values: Vec<Option<Bytes>>,
+}
+
+/// Replies of entities kept in memory by the reader, and where their counts go.
+pub struct ReadCache {
+    /// Most entities kept (per view and features asked: one `HMGET` reply each).
+    pub entities: NonZeroUsize,
+    /// `serving_cache_*` counters.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Reads feature values of online pipelines, in either layout.
@@ -218,20 +99,26 @@ pub struct OnlineReader {
     connection: tokio::sync::Mutex<Option<RedisConnection>>,
     views: HashMap<String, OnlineView>,
     /// Per view, its hash fields: worked out once (a Feast field name is a hash).
-    fields: HashMap<String, ViewFields>,
+    pub(super) fields: HashMap<String, ViewFields>,
+    /// Entities' replies kept in memory (`serving.cache_entities`).
+    pub(super) cache: Option<ReaderCache>,
 }
 
 /// A view's hash fields.
-struct ViewFields {
+#[derive(Clone)]
+pub(super) struct ViewFields {
+    /// The view's number among the reader's (its rows' key in the cache).
+    pub(super) id: u32,
     /// The event time's.
-    time: Vec<u8>,
+    pub(super) time: Vec<u8>,
     /// Each feature's, by index into [`OnlineView::features`].
-    features: Vec<Vec<u8>>,
+    pub(super) features: Vec<Vec<u8>>,
 }
 
 impl ViewFields {
-    fn of(view: &OnlineView) -> Self {
+    fn of(view: &OnlineView, id: u32) -> Self {
         Self {
+            id,
             time: view.time_field(),
             features: (0..view.features.len())
                 .map(|f| view.feature_field(f))
@@ -241,25 +128,33 @@ impl ViewFields {
 }
 
 impl OnlineReader {
-    /// A reader for the `views` given that connects on its first read.
+    /// A reader for the `views` given that connects on its first read; with `cache`, it
+    /// keeps entities' replies in memory until Redis says they changed (one server only:
+    /// see [`super::cached_reads`]).
     pub fn new(
         service: &RedisServiceConfig,
         views: impl IntoIterator<Item = OnlineView>,
+        cache: Option<ReadCache>,
     ) -> Result<Self, QueryError> {
-        let client = RedisClient::open(service)?;
+        let client = match cache {
+            Some(_) => RedisClient::open_tracking(service)?,
+            None => RedisClient::open(service)?,
+        };
         let views: HashMap<String, OnlineView> = views
             .into_iter()
             .map(|view| (view.name.clone(), view))
             .collect();
         let fields = views
             .iter()
-            .map(|(name, view)| (name.clone(), ViewFields::of(view)))
+            .zip(0..)
+            .map(|((name, view), id)| (name.clone(), ViewFields::of(view, id)))
             .collect();
         Ok(Self {
             client,
             connection: tokio::sync::Mutex::new(None),
             views,
             fields,
+            cache: cache.map(ReaderCache::new),
         })
     }
 
@@ -269,17 +164,20 @@ impl OnlineReader {
         service: &RedisServiceConfig,
         views: impl IntoIterator<Item = OnlineView>,
     ) -> Result<Self, QueryError> {
-        let reader = Self::new(service, views)?;
+        let reader = Self::new(service, views, None)?;
         reader.connection().await?;
         Ok(reader)
     }
 
-    async fn connection(&self) -> Result<RedisConnection, QueryError> {
+    pub(super) async fn connection(&self) -> Result<RedisConnection, QueryError> {
         let mut slot = self.connection.lock().await;
-        if let Some(connection) = slot.as_ref() {
+        if let Some(connection) = slot.as_ref().filter(|c| !c.has_dropped()) {
             return Ok(connection.clone());
         }
-        let connection = self.client.connect().await?;
+        let connection = match &self.cache {
+            Some(cache) => cache.connect(&self.client).await?,
+            None => self.client.connect().await?,
+        };
         *slot = Some(connection.clone());
         Ok(connection)
     }
@@ -291,29 +189,45 @@ impl OnlineReader {
             .ok_or_else(|| QueryError::UnknownView(name.to_string()))
     }
 
+    /// The fields of `view`: worked out once for this reader's own views, now for another
+    /// (a caller's own); the flag says which.
+    pub(super) fn fields_of<'v>(
+        &'v self,
+        view: &OnlineView,
+    ) -> (std::borrow::Cow<'v, ViewFields>, bool) {
+        match self.fields.get(&view.name) {
+            Some(fields)
+                if self
+                    .views
+                    .get(&view.name)
+                    .is_some_and(|v| std::ptr::eq(v, view)) =>
+            {
+                (std::borrow::Cow::Borrowed(fields), true)
+            }
+            _ => (
+                std::borrow::Cow::Owned(ViewFields::of(view, u32::MAX)),
+                false,
+            ),
+        }
+    }
+
+    /// Forgets the connection after a failure that may have broken it.
+    pub(super) async fn forget_broken(&self, e: &redis::RedisError) {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            *self.connection.lock().await = None;
+        }
+    }
+
     /// Reads every lookup's entities in one round trip; the answer has one [`Found`] per
     /// entity, per lookup, in order.
     pub async fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Vec<Found>>, QueryError> {
+        if let Some(cache) = &self.cache {
+            return self.lookup_cached(cache, lookups).await;
+        }
         let mut commands = Vec::with_capacity(lookups.iter().map(|l| l.entities.len()).sum());
         for lookup in lookups {
             let view = lookup.view;
-            // This reader's own views have their fields worked out; another view (a caller's
-            // own) gets them now.
-            let computed;
-            let fields = match self.fields.get(&view.name) {
-                Some(fields)
-                    if self
-                        .views
-                        .get(&view.name)
-                        .is_some_and(|v| std::ptr::eq(v, view)) =>
-                {
-                    fields
-                }
-                _ => {
-                    computed = ViewFields::of(view);
-                    &computed
-                }
-            };
+            let (fields, _) = self.fields_of(view);
             for entity in &lookup.entities {
                 let mut command = redis::cmd("HMGET");
                 command.arg(view.redis_key(entity)?).arg(&fields.time);
@@ -327,9 +241,7 @@ impl OnlineReader {
         let rows: Vec<Vec<Option<Vec<u8>>>> = match connection.query_all(commands).await {
             Ok(rows) => rows,
             Err(e) => {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                    *self.connection.lock().await = None;
-                }
+                self.forget_broken(&e).await;
                 return Err(e.into());
             }
         };
@@ -345,7 +257,8 @@ impl OnlineReader {
                             .next()
                             .flatten()
                             .and_then(|raw| lookup.view.event_time(&raw));
-                        let mut values: Vec<Option<Vec<u8>>> = values.collect();
+                        let mut values: Vec<Option<Bytes>> =
+                            values.map(|v| v.map(Bytes::from)).collect();
                         values.resize(lookup.features.len(), None);
                         Found {
                             event_time_ms,

@@ -1,0 +1,318 @@
+//! Entities' Redis replies kept in memory by the reader (`serving.cache_entities`), each
+//! dropped the moment Redis says its key changed.
+//!
+//! The reader's connection speaks RESP3 with `CLIENT TRACKING ON`: Redis remembers the keys
+//! the connection read and pushes an invalidation on it when any client changes one (a
+//! script's write, a delete, an expiry, a flush). Pushes and replies share the connection, in
+//! order, so the only race is a reply that is still on its way to the cache when the
+//! invalidation of its key has already been applied: every invalidation therefore advances
+//! an epoch, and a reply is kept only if no invalidation of its key came after its read was
+//! sent. Redis expires keys lazily, so a row also carries the key's own expiry (`PTTL`).
+
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::Bytes;
+use lru::LruCache;
+use prometheus_client::metrics::counter::Counter;
+use rustc_hash::FxBuildHasher;
+
+/// Invalidations remembered key by key; a read that saw more of them since it was sent is
+/// not kept at all.
+const REMEMBERED_INVALIDATIONS: usize = 4096;
+
+/// What Redis held for one entity of one view: the event time and every feature of the view,
+/// the values in one buffer (a row costs two allocations, not one per value).
+#[derive(Debug)]
+pub struct CachedRow {
+    /// Epoch ms of the stored event time; `None` when Redis held nothing.
+    pub event_time_ms: Option<i64>,
+    /// The stored bytes of every feature, one after the other.
+    data: Bytes,
+    /// Per feature of the view (in the view's order), where its bytes end in `data`;
+    /// `None` for a field Redis did not hold.
+    ends: Box<[Option<u32>]>,
+    /// When the key expires in Redis, if it has an expiry.
+    pub expires: Option<Instant>,
+}
+
+impl CachedRow {
+    /// A row of `values` (per feature of the view, in its order).
+    pub fn new(
+        event_time_ms: Option<i64>,
+        values: impl IntoIterator<Item = Option<Vec<u8>>>,
+        expires: Option<Instant>,
+    ) -> Self {
+        let mut data = Vec::new();
+        let ends = values
+            .into_iter()
+            .map(|value| {
+                value.and_then(|bytes| {
+                    data.extend_from_slice(&bytes);
+                    u32::try_from(data.len()).ok()
+                })
+            })
+            .collect();
+        Self {
+            event_time_ms,
+            data: Bytes::from(data),
+            ends,
+            expires,
+        }
+    }
+
+    /// The stored bytes of feature `index` (of the view), sharing the row's buffer.
+    pub fn value(&self, index: usize) -> Option<Bytes> {
+        let end = (*self.ends.get(index)?)?;
+        let start = self.ends[..index]
+            .iter()
+            .rev()
+            .find_map(|e| *e)
+            .unwrap_or(0);
+        Some(self.data.slice(start as usize..end as usize))
+    }
+}
+
+/// One Redis key's cached rows, by view (a Feast-layout key holds several views').
+type KeyRows = Vec<(u32, Arc<CachedRow>)>;
+
+/// Rows of entities by Redis key, at most `capacity` keys, least recently read dropped first.
+pub struct EntityCache {
+    state: Mutex<State>,
+    invalidations: Counter,
+}
+
+struct State {
+    rows: LruCache<Vec<u8>, KeyRows, FxBuildHasher>,
+    /// Invalidations applied so far.
+    epoch: u64,
+    /// The latest invalidations: epoch and hash of the key.
+    recent: VecDeque<(u64, u64)>,
+}
+
+impl EntityCache {
+    /// An empty cache of at most `capacity` keys; `invalidations` counts the rows dropped
+    /// because Redis said they changed.
+    pub fn new(capacity: NonZeroUsize, invalidations: Counter) -> Self {
+        Self {
+            state: Mutex::new(State {
+                rows: LruCache::with_hasher(capacity, FxBuildHasher),
+                epoch: 0,
+                recent: VecDeque::with_capacity(REMEMBERED_INVALIDATIONS),
+            }),
+            invalidations,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves nothing half-done that matters: every
+        // operation keeps the map consistent on its own.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The epoch to note before sending a read whose replies go to [`EntityCache::insert`].
+    pub fn epoch(&self) -> u64 {
+        self.state().epoch
+    }
+
+    /// The row of `view` under `key`, unless absent or past the key's expiry.
+    pub fn get(&self, key: &[u8], view: u32, now: Instant) -> Option<Arc<CachedRow>> {
+        let mut state = self.state();
+        let rows = state.rows.get(key)?;
+        let row = rows.iter().find(|(v, _)| *v == view)?;
+        match row.1.expires {
+            Some(expires) if expires <= now => None,
+            _ => Some(Arc::clone(&row.1)),
+        }
+    }
+
+    /// Keeps `row` of `view` under `key`, read by a request sent at epoch `read_at`, unless
+    /// an invalidation of `key` came since (the row may be older than that write).
+    pub fn insert(&self, key: Vec<u8>, view: u32, row: Arc<CachedRow>, read_at: u64) {
+        let mut state = self.state();
+        if state.epoch != read_at {
+            let missed = state.epoch.saturating_sub(read_at);
+            let hash = FxBuildHasher.hash_one(key.as_slice());
+            let remembered = usize::try_from(missed).is_ok_and(|m| m <= state.recent.len());
+            if !remembered
+                || state
+                    .recent
+                    .iter()
+                    .any(|&(epoch, h)| epoch > read_at && h == hash)
+            {
+                return;
+            }
+        }
+        if let Some(rows) = state.rows.get_mut(key.as_slice()) {
+            rows.retain(|(v, _)| *v != view);
+            rows.push((view, row));
+        } else {
+            state.rows.put(key, vec![(view, row)]);
+        }
+    }
+
+    /// Drops the rows of the keys Redis said changed.
+    pub fn invalidate<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) {
+        let mut state = self.state();
+        let mut dropped = 0;
+        for key in keys {
+            state.epoch += 1;
+            let epoch = state.epoch;
+            if state.recent.len() == REMEMBERED_INVALIDATIONS {
+                state.recent.pop_front();
+            }
+            state.recent.push_back((epoch, FxBuildHasher.hash_one(key)));
+            if let Some(rows) = state.rows.pop(key) {
+                dropped += rows.len() as u64;
+            }
+        }
+        self.invalidations.inc_by(dropped);
+    }
+
+    /// Drops every row (Redis flushed, or the connection that heard its invalidations
+    /// dropped), and every read in flight with them.
+    pub fn clear(&self) {
+        let mut state = self.state();
+        let dropped: usize = state.rows.iter().map(|(_, rows)| rows.len()).sum();
+        state.rows.clear();
+        state.recent.clear();
+        // Past what `recent` remembers: no read sent before this is kept.
+        state.epoch += REMEMBERED_INVALIDATIONS as u64 + 1;
+        self.invalidations.inc_by(dropped as u64);
+    }
+
+    /// Keys held.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.state().rows.len()
+    }
+
+    /// Whether no key is held.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn row(value: &'static [u8]) -> Arc<CachedRow> {
+        Arc::new(CachedRow::new(Some(1), [Some(value.to_vec())], None))
+    }
+
+    fn cache(capacity: usize) -> EntityCache {
+        EntityCache::new(
+            NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
+            Counter::default(),
+        )
+    }
+
+    fn value(cache: &EntityCache, key: &[u8], view: u32) -> Option<Bytes> {
+        cache
+            .get(key, view, Instant::now())
+            .and_then(|row| row.value(0))
+    }
+
+    #[test]
+    fn a_row_gives_back_each_value_null_and_empty_ones_included() {
+        let row = CachedRow::new(
+            None,
+            [
+                Some(b"ab".to_vec()),
+                None,
+                Some(Vec::new()),
+                Some(b"c".to_vec()),
+            ],
+            None,
+        );
+        assert_eq!(row.value(0).as_deref(), Some(&b"ab"[..]));
+        assert_eq!(row.value(1), None);
+        assert_eq!(row.value(2).as_deref(), Some(&b""[..]));
+        assert_eq!(row.value(3).as_deref(), Some(&b"c"[..]));
+        assert_eq!(row.value(4), None);
+    }
+
+    #[test]
+    fn rows_are_kept_per_view_until_their_key_is_invalidated() {
+        let cache = cache(10);
+        cache.insert(b"k".to_vec(), 0, row(b"a"), cache.epoch());
+        cache.insert(b"k".to_vec(), 1, row(b"b"), cache.epoch());
+        assert_eq!(value(&cache, b"k", 0).as_deref(), Some(&b"a"[..]));
+        assert_eq!(value(&cache, b"k", 1).as_deref(), Some(&b"b"[..]));
+        assert!(cache.get(b"k", 2, Instant::now()).is_none());
+        cache.invalidate([&b"other"[..]]);
+        assert_eq!(value(&cache, b"k", 0).as_deref(), Some(&b"a"[..]));
+        cache.invalidate([&b"k"[..]]);
+        assert!(cache.get(b"k", 0, Instant::now()).is_none());
+        assert!(cache.get(b"k", 1, Instant::now()).is_none());
+        assert_eq!(cache.invalidations.get(), 2);
+    }
+
+    #[test]
+    fn a_reply_read_before_an_invalidation_of_its_key_is_not_kept() {
+        let cache = cache(10);
+        let sent = cache.epoch();
+        // The invalidation was applied while the reply was on its way.
+        cache.invalidate([&b"k"[..]]);
+        cache.insert(b"k".to_vec(), 0, row(b"old"), sent);
+        assert!(cache.is_empty());
+        // Another key's invalidation does not hold a reply back.
+        let sent = cache.epoch();
+        cache.invalidate([&b"other"[..]]);
+        cache.insert(b"k".to_vec(), 0, row(b"new"), sent);
+        assert_eq!(value(&cache, b"k", 0).as_deref(), Some(&b"new"[..]));
+    }
+
+    #[test]
+    fn a_reply_older_than_the_remembered_invalidations_is_not_kept() {
+        let cache = cache(10);
+        let sent = cache.epoch();
+        let keys: Vec<Vec<u8>> = (0..=REMEMBERED_INVALIDATIONS)
+            .map(|i| format!("other-{i}").into_bytes())
+            .collect();
+        cache.invalidate(keys.iter().map(Vec::as_slice));
+        cache.insert(b"k".to_vec(), 0, row(b"maybe old"), sent);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn clearing_drops_every_row_and_every_read_in_flight() {
+        let cache = cache(10);
+        cache.insert(b"a".to_vec(), 0, row(b"1"), cache.epoch());
+        let sent = cache.epoch();
+        cache.clear();
+        assert!(cache.is_empty());
+        cache.insert(b"b".to_vec(), 0, row(b"2"), sent);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn rows_past_their_key_expiry_are_not_answered_and_the_least_recent_key_goes_first() {
+        let cache = cache(2);
+        let now = Instant::now();
+        let expiring = Arc::new(CachedRow::new(
+            Some(1),
+            [None],
+            Some(now + Duration::from_millis(50)),
+        ));
+        cache.insert(b"e".to_vec(), 0, expiring, cache.epoch());
+        assert!(cache.get(b"e", 0, now).is_some());
+        assert!(cache
+            .get(b"e", 0, now + Duration::from_millis(50))
+            .is_none());
+        cache.insert(b"a".to_vec(), 0, row(b"1"), cache.epoch());
+        cache.get(b"e", 0, now);
+        cache.insert(b"b".to_vec(), 0, row(b"2"), cache.epoch());
+        assert_eq!(cache.len(), 2);
+        assert!(cache.get(b"a", 0, now).is_none(), "least recently read");
+        assert!(cache.get(b"e", 0, now).is_some());
+    }
+}

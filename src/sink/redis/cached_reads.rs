@@ -1,0 +1,194 @@
+//! Reads through the entity cache (`serving.cache_entities`): entities whose rows the
+//! cache holds are answered from memory, the others read in one round trip (every feature
+//! of the view and the key's expiry, so that the row serves any later request) and kept.
+//!
+//! Only a single Redis server: client tracking belongs to one server connection, and the
+//! connection that read a key must be the one that hears of its changes. The cache is
+//! emptied whenever that connection is replaced or drops, since what changed meanwhile was
+//! told to nobody.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use redis::{PushKind, Value};
+
+use super::cache::{CachedRow, EntityCache};
+use super::reader::{Found, Lookup, OnlineReader, QueryError, ReadCache};
+use super::{RedisClient, RedisConnection};
+use crate::metrics::CacheLabels;
+
+/// The reader's cache and its counters.
+pub struct ReaderCache {
+    rows: Arc<EntityCache>,
+    hits: Counter,
+    misses: Counter,
+}
+
+impl ReaderCache {
+    /// An empty cache as `config` says.
+    pub fn new(config: ReadCache) -> Self {
+        let metrics = config.metrics;
+        let reads = |outcome| {
+            metrics
+                .serving_cache_reads
+                .get_or_create(&CacheLabels { outcome })
+                .clone()
+        };
+        Self {
+            rows: Arc::new(EntityCache::new(
+                config.entities,
+                metrics.serving_cache_invalidations.clone(),
+            )),
+            hits: reads("hit"),
+            misses: reads("miss"),
+        }
+    }
+
+    /// A new tracking connection whose invalidations reach the cache; the cache starts
+    /// empty, as nothing read before was tracked by this connection.
+    pub async fn connect(&self, client: &RedisClient) -> redis::RedisResult<RedisConnection> {
+        let rows = Arc::clone(&self.rows);
+        let connection = client
+            .connect_tracking(move |push| match push.kind {
+                PushKind::Invalidate => match push.data.first() {
+                    Some(Value::Array(keys)) => {
+                        rows.invalidate(keys.iter().filter_map(|key| match key {
+                            Value::BulkString(bytes) => Some(bytes.as_slice()),
+                            _ => None,
+                        }))
+                    }
+                    // After FLUSHALL / FLUSHDB Redis names no key.
+                    _ => rows.clear(),
+                },
+                PushKind::Disconnection => rows.clear(),
+                _ => {}
+            })
+            .await?;
+        self.rows.clear();
+        Ok(connection)
+    }
+}
+
+/// Where one entity's answer comes from.
+enum Source {
+    /// The cache.
+    Cached(Arc<CachedRow>),
+    /// The replies from this index on; with the key and view to keep the row under.
+    Read {
+        reply: usize,
+        keep: Option<(Vec<u8>, u32)>,
+    },
+}
+
+impl OnlineReader {
+    /// [`OnlineReader::lookup`] through `cache`.
+    pub(super) async fn lookup_cached(
+        &self,
+        cache: &ReaderCache,
+        lookups: &[Lookup<'_>],
+    ) -> Result<Vec<Vec<Found>>, QueryError> {
+        let now = Instant::now();
+        // Connect first: a new connection empties the cache, and its epoch is then the one
+        // every read below is sent at.
+        let mut connection = self.connection().await?;
+        let read_at = cache.rows.epoch();
+        let mut commands = Vec::new();
+        let mut sources = Vec::with_capacity(lookups.len());
+        let (mut hits, mut misses) = (0, 0);
+        for lookup in lookups {
+            let view = lookup.view;
+            let (fields, own) = self.fields_of(view);
+            let mut entities = Vec::with_capacity(lookup.entities.len());
+            for entity in &lookup.entities {
+                let key = view.redis_key(entity)?;
+                if own {
+                    if let Some(row) = cache.rows.get(&key, fields.id, now) {
+                        hits += 1;
+                        entities.push(Source::Cached(row));
+                        continue;
+                    }
+                    misses += 1;
+                }
+                let mut command = redis::cmd("HMGET");
+                command.arg(&key).arg(&fields.time);
+                for feature in &fields.features {
+                    command.arg(feature);
+                }
+                let mut expiry = redis::cmd("PTTL");
+                expiry.arg(&key);
+                entities.push(Source::Read {
+                    reply: commands.len(),
+                    keep: own.then(|| (key, fields.id)),
+                });
+                commands.push(command);
+                commands.push(expiry);
+            }
+            sources.push(entities);
+        }
+        cache.hits.inc_by(hits);
+        cache.misses.inc_by(misses);
+        let replies: Vec<Value> = if commands.is_empty() {
+            Vec::new()
+        } else {
+            match connection.query_all(commands).await {
+                Ok(replies) => replies,
+                Err(e) => {
+                    self.forget_broken(&e).await;
+                    return Err(e.into());
+                }
+            }
+        };
+        let mut replies: Vec<Option<Value>> = replies.into_iter().map(Some).collect();
+        let mut take = |index: usize| replies.get_mut(index).and_then(Option::take);
+        let mut answer = Vec::with_capacity(lookups.len());
+        for (lookup, entities) in lookups.iter().zip(sources) {
+            let mut found = Vec::with_capacity(entities.len());
+            for source in entities {
+                let row = match source {
+                    Source::Cached(row) => row,
+                    Source::Read { reply, keep } => {
+                        let row = Arc::new(self.row(lookup, take(reply), take(reply + 1), now)?);
+                        if let Some((key, view)) = keep {
+                            cache.rows.insert(key, view, Arc::clone(&row), read_at);
+                        }
+                        row
+                    }
+                };
+                found.push(Found {
+                    event_time_ms: row.event_time_ms,
+                    values: lookup.features.iter().map(|&f| row.value(f)).collect(),
+                });
+            }
+            answer.push(found);
+        }
+        Ok(answer)
+    }
+
+    /// The row of an `HMGET` of every feature and the key's `PTTL`.
+    fn row(
+        &self,
+        lookup: &Lookup<'_>,
+        fields: Option<Value>,
+        ttl: Option<Value>,
+        now: Instant,
+    ) -> Result<CachedRow, QueryError> {
+        let fields: Vec<Option<Vec<u8>>> = redis::from_redis_value(fields.unwrap_or(Value::Nil))
+            .map_err(redis::RedisError::from)?;
+        let ttl_ms: i64 = ttl
+            .map(redis::from_redis_value)
+            .transpose()
+            .map_err(redis::RedisError::from)?
+            .unwrap_or(-1);
+        let mut fields = fields.into_iter();
+        let event_time_ms = fields
+            .next()
+            .flatten()
+            .and_then(|raw| lookup.view.event_time(&raw));
+        // -1: no expiry; -2: no key (its creation will be pushed as an invalidation).
+        let expires = u64::try_from(ttl_ms)
+            .ok()
+            .map(|ms| now + Duration::from_millis(ms));
+        Ok(CachedRow::new(event_time_ms, fields, expires))
+    }
+}
