@@ -18,7 +18,9 @@ One run, same Redis, same keys:
      (examples/http_floor.rs: hyper on one current-thread runtime answering a canned body
      as long as ours, alone, through an axum router, and after one HMGET through redis-rs:
      what a server built on these crates costs before it does a request's own work); then
-     1-entity requests at a fixed rate (open loop); every measurement is split into rounds
+     1-entity requests at a fixed rate (open loop); a second replica of the connector with
+     serving.cache_entities set (--cache-entities, 0 leaves it out) answers the same
+     requests from its cache of Redis replies; every measurement is split into rounds
      and the rounds of all measurements interleaved,
      so that other load on the box drifts over every contender alike; requests/s, latency
      percentiles (pooled over the rounds), CPU per request of the server process(es), of
@@ -254,6 +256,10 @@ def main():
     ap.add_argument("--rate", type=int, default=1_000, help="open loop: 1-entity requests per second")
     ap.add_argument("--feast-workers", type=int, default=CORES, help="feast serve --workers (one per core)")
     ap.add_argument("--sizes", default="1,50", help="entities per request")
+    ap.add_argument("--cache-entities", type=int, default=100_000,
+                    help="serving.cache_entities of the second replica (0: no such replica)")
+    ap.add_argument("--cached-threads", type=int, default=2,
+                    help="serving.threads of the second replica (Redis needs no core of its own for it)")
     ap.add_argument("--out", type=Path, default=BENCH / "results/serving-latest.md")
     args = ap.parse_args()
     args.duration_s = parse_seconds(args.duration)
@@ -271,7 +277,7 @@ def main():
                BENCH_MAX_CONCURRENT=str(max(256, args.connections * 2)), FC_INSTANCE_ID="serving-bench")
     config = ["--root", str(BENCH), "--connectors", str(SERVING / "connectors"),
               "--config", str(SERVING / "service.yaml")]
-    connector = feast = None
+    connector = feast = cached = None
     floor_servers = []
     floor_prefix = f"fcfloor:{project}:"
     try:
@@ -315,16 +321,33 @@ def main():
         found = compare_answers(serving_port, feast_port, args)
         log(f"  same values from every contender ({found} features × 50 entities compared)")
 
+        if args.cache_entities:
+            log(f"a second replica of the connector (same pipeline and subscription, nothing left to "
+                f"consume) serving with serving.cache_entities: {args.cache_entities:,}, "
+                f"serving.threads: {args.cached_threads}")
+            cached_http, cached_port = free_port(), free_port()
+            cached = Process([str(BIN), "run", *config], log_path=work / "connector-cached.log",
+                             env=dict(env, FC_HTTP_BIND=f"127.0.0.1:{cached_http}",
+                                      FC_SERVING_BIND=f"127.0.0.1:{cached_port}",
+                                      FC_INSTANCE_ID="serving-bench-cached",
+                                      BENCH_SERVING_CACHE=str(args.cache_entities),
+                                      BENCH_SERVING_THREADS=str(args.cached_threads)))
+            wait_until("the cached replica to serve", lambda: port_open(cached_port), timeout=60, every=0.1)
+            compare_answers(cached_port, feast_port, args)
         floor_ports = {key: free_port() for key in FLOORS} if 1 in sizes else {}
         if floor_ports:
             floor_servers = start_floors(work, floor_ports, floor_prefix, args, serving_port)
         pids = {"connector": [connector.proc.pid], "feast": [feast.proc.pid, *children(feast.proc.pid)],
+                **({"cached": [cached.proc.pid]} if cached else {}),
                 "redis": [redis_pid], **{key: [server.proc.pid] for key, server in zip(FLOORS, floor_servers)}}
         floors = idle_floors(pids)
         contenders = [
             ("ours_feast", "feature-connector `POST /get-online-features`", "feast", f"127.0.0.1:{serving_port}", "connector"),
             ("ours_v1", "feature-connector `/v1/features/{view}` (GET 1 entity, POST 50)", "v1",
              f"127.0.0.1:{serving_port}", "connector"),
+            *([("ours_cached", f"feature-connector `POST /get-online-features`, `serving.cache_entities: "
+                                f"{args.cache_entities:,}`, `serving.threads: {args.cached_threads}` (a second replica)", "feast",
+                f"127.0.0.1:{cached_port}", "cached")] if cached else []),
             ("feast", f"`feast serve` {feast_version(args.python)}, {args.feast_workers} workers, "
                       "`POST /get-online-features`", "feast", f"127.0.0.1:{feast_port}", "feast"),
             ("redis", "Redis directly: HMGET per entity, pipelined (ceiling)", "redis", REDIS_URL, None),
@@ -342,7 +365,7 @@ def main():
         # other work puts on the box while this runs falls on every contender alike.
         measurements = [(key, size, None) for size in sizes for key, *_ in contenders
                         if size == 1 or key not in FLOORS]
-        measurements += [(key, 1, args.rate) for key, *_ in contenders if key != "feast"]
+        measurements += [(key, 1, args.rate) for key, *_ in contenders if key != "feast" and key not in FLOORS]
         by_key = {c[0]: c for c in contenders}
         runs = {m: [] for m in measurements}
         latency_files = {m: [] for m in measurements}
@@ -374,15 +397,20 @@ def main():
                 f"p99 {fmt(row['p99_ms'], 2)} ms")
         connector.sample()
         rss = connector.rss_samples[-1] if connector.rss_samples else None
+        cache = None
+        if cached:
+            cached.sample()
+            cache = cache_counts(cached_http)
+            cache["rss"] = cached.rss_samples[-1] if cached.rss_samples else None
     finally:
-        for process in (feast, connector, *floor_servers):
+        for process in (feast, connector, cached, *floor_servers):
             if process is not None:
                 process.stop()
         deleted = project_keys(project, "del")
         matching_keys(f"{floor_prefix}*", "del")
         log(f"deleted {deleted:,} benchmark keys; topic {topic} deleted")
         delete_topic(topic)
-    report = render(args, rows, floors, ingest_s, rss, load_before, load_average(), sizes)
+    report = render(args, rows, floors, ingest_s, rss, load_before, load_average(), sizes, cache)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
     print(report)
@@ -442,7 +470,22 @@ def net_cpu_us(row, label):
     return max(cpu, 0) * 1e6 / row["requests"]
 
 
-def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes):
+def cache_counts(http_port):
+    """The cached replica's `serving_cache_*` counters, from its /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    counts = {"hit": 0, "miss": 0, "invalidations": 0}
+    for line in text.splitlines():
+        match = re.match(r'feature_connector_serving_cache_reads_total\{outcome="(\w+)"\} (\d+)', line)
+        if match:
+            counts[match.group(1)] = int(match.group(2))
+        match = re.match(r"feature_connector_serving_cache_invalidations_total (\d+)", line)
+        if match:
+            counts["invalidations"] = int(match.group(1))
+    return counts
+
+
+def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes, cache):
     def ms(value):
         return fmt(value, 2)
 
@@ -471,7 +514,7 @@ def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes):
     ]
     for size in sizes:
         ours = rows[("ours_feast", size, None)]["requests_per_s"]
-        for key in ("ours_feast", "ours_v1", "feast", "redis", *FLOORS):
+        for key in ("ours_feast", "ours_v1", "ours_cached", "feast", "redis", *FLOORS):
             r = rows.get((key, size, None))
             if r is None:
                 continue
@@ -498,13 +541,21 @@ def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes):
         "| redis-server CPU µs/req | errors |",
         "|---|---:|---|---:|---:|---|",
     ]
-    for key in ("ours_feast", "ours_v1", "redis"):
-        r = rows[(key, 1, args.rate)]
+    for key in ("ours_feast", "ours_v1", "ours_cached", "redis"):
+        r = rows.get((key, 1, args.rate))
+        if r is None:
+            continue
         lines.append(
             f"| {r['contender']} | {fmt(r['requests_per_s'])} | {ms(r['p50_ms'])} / {ms(r['p90_ms'])} / "
             f"{ms(r['p99_ms'])} / {ms(r['p999_ms'])} / {ms(r['max_ms'])} | {fmt(net_cpu_us(r, 'server'), 1)} "
             f"| {fmt(net_cpu_us(r, 'redis'), 1)} | {errors(r)} |")
-    lines += ["", f"Connector RSS after the run: {fmt(rss)} MB.", ""]
+    lines += ["", f"Connector RSS after the run: {fmt(rss)} MB."]
+    if cache:
+        reads = cache["hit"] + cache["miss"]
+        lines.append(f"The cached replica: {cache['hit']:,} of {reads:,} entity reads answered from its cache "
+                     f"({fmt(100 * cache['hit'] / max(reads, 1), 1)} %, warm-ups included), "
+                     f"{cache['invalidations']:,} invalidations, RSS {fmt(cache['rss'])} MB after the run.")
+    lines.append("")
     lines += targets(args, rows, sizes)
     return "\n".join(lines) + "\n"
 
@@ -518,35 +569,42 @@ def errors(row):
 
 def targets(args, rows, sizes):
     out = ["Targets (issue 18), from this run:", "", "| target | this run | verdict |", "|---|---:|---|"]
-    for size in sizes:
-        ours, feast = rows[("ours_feast", size, None)], rows[("feast", size, None)]
-        x = ratio(ours["requests_per_s"], feast["requests_per_s"])
-        out.append(f"| `/get-online-features` requests/s ≥ 30 × `feast serve` ({args.feast_workers} workers), "
-                   f"{size} entit{'y' if size == 1 else 'ies'}, {args.connections} in flight "
-                   f"| {fmt(ours['requests_per_s'])} vs {fmt(feast['requests_per_s'])} = {fmt(x, 1)} × "
-                   f"| {verdict(at_least(x, 30))} |")
-    if 1 in sizes:
-        fixed = rows[("ours_feast", 1, args.rate)]
-        out.append(f"| p99 ≤ 1 ms, 1-entity `/get-online-features` at {args.rate:,} requests/s "
-                   f"| {fmt(fixed['p99_ms'], 2)} ms | {verdict(at_most(fixed['p99_ms'], 1))} |")
-        full = rows[("ours_feast", 1, None)]
-        out.append(f"| p99 ≤ 5 ms at full load, 1-entity `/get-online-features` ({args.connections} in flight, "
-                   f"{fmt(full['requests_per_s'])} requests/s) | {fmt(full['p99_ms'], 2)} ms "
-                   f"| {verdict(at_most(full['p99_ms'], 5))} |")
-    if 50 in sizes:
-        ours, ceiling = rows[("ours_feast", 50, None)], rows[("redis", 50, None)]
-        x = ratio(ours["requests_per_s"], ceiling["requests_per_s"])
-        out.append(f"| 50-entity `/get-online-features` requests/s ≥ 0.7 × direct Redis "
-                   f"| {fmt(ours['requests_per_s'])} vs {fmt(ceiling['requests_per_s'])} = {fmt(x, 2)} × "
-                   f"| {verdict(at_least(x, 0.7))} |")
+    variants = [("ours_feast", "")] + ([("ours_cached", ", cache on")] if ("ours_cached", sizes[0], None) in rows else [])
+    for key, variant in variants:
+        for size in sizes:
+            ours, feast = rows[(key, size, None)], rows[("feast", size, None)]
+            x = ratio(ours["requests_per_s"], feast["requests_per_s"])
+            out.append(f"| `/get-online-features`{variant} requests/s ≥ 30 × `feast serve` ({args.feast_workers} "
+                       f"workers), {size} entit{'y' if size == 1 else 'ies'}, {args.connections} in flight "
+                       f"| {fmt(ours['requests_per_s'])} vs {fmt(feast['requests_per_s'])} = {fmt(x, 1)} × "
+                       f"| {verdict(at_least(x, 30))} |")
+    for key, variant in variants:
+        if 1 in sizes:
+            fixed = rows[(key, 1, args.rate)]
+            out.append(f"| p99 ≤ 1 ms, 1-entity `/get-online-features`{variant} at {args.rate:,} requests/s "
+                       f"| {fmt(fixed['p99_ms'], 2)} ms | {verdict(at_most(fixed['p99_ms'], 1))} |")
+            full = rows[(key, 1, None)]
+            out.append(f"| p99 ≤ 5 ms at full load, 1-entity `/get-online-features`{variant} ({args.connections} "
+                       f"in flight, {fmt(full['requests_per_s'])} requests/s) | {fmt(full['p99_ms'], 2)} ms "
+                       f"| {verdict(at_most(full['p99_ms'], 5))} |")
+        if 50 in sizes:
+            ours, ceiling = rows[(key, 50, None)], rows[("redis", 50, None)]
+            x = ratio(ours["requests_per_s"], ceiling["requests_per_s"])
+            out.append(f"| 50-entity `/get-online-features`{variant} requests/s ≥ 0.7 × direct Redis "
+                       f"| {fmt(ours['requests_per_s'])} vs {fmt(ceiling['requests_per_s'])} = {fmt(x, 2)} × "
+                       f"| {verdict(at_least(x, 0.7))} |")
     out += ["", "CPU per request of the whole path (server + redis-server + client, µs), which bounds "
             "requests/s when every process shares the same cores:", ""]
     for size in sizes:
         paths = {key: whole_path_us(rows[(key, size, None)]) for key in ("ours_feast", "feast", "redis")}
+        if ("ours_cached", size, None) in rows:
+            paths["ours_cached"] = whole_path_us(rows[("ours_cached", size, None)])
         out.append(f"- {size} entit{'y' if size == 1 else 'ies'}: ours {fmt(paths['ours_feast'], 1)} "
                    f"(server {fmt(net_cpu_us(rows[('ours_feast', size, None)], 'server'), 1)}), `feast serve` "
                    f"{fmt(paths['feast'], 1)} ({fmt(ratio(paths['feast'], paths['ours_feast']), 1)} × ours), "
-                   f"direct Redis {fmt(paths['redis'], 1)} ({fmt(ratio(paths['redis'], paths['ours_feast']), 2)} × ours)")
+                   f"direct Redis {fmt(paths['redis'], 1)} ({fmt(ratio(paths['redis'], paths['ours_feast']), 2)} × ours)"
+                   + (f", ours with the cache {fmt(paths['ours_cached'], 1)} (server "
+                      f"{fmt(net_cpu_us(rows[('ours_cached', size, None)], 'server'), 1)})" if "ours_cached" in paths else ""))
     if all((key, 1, None) in rows for key in FLOORS):
         feast = rows[("feast", 1, None)]["requests_per_s"]
         parts = []
