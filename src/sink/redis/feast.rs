@@ -138,20 +138,17 @@ impl FeastLayout {
 }
 
 /// The Redis key for join key values given as text, typed by `types` (name → Arrow type).
-pub fn key_from_text(
-    project: &str,
-    values: &[(String, String, DataType)],
-) -> Result<Vec<u8>, String> {
-    let mut sorted: Vec<&(String, String, DataType)> = values.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+pub fn key_from_text(project: &str, values: &[(&str, &str, &DataType)]) -> Result<Vec<u8>, String> {
+    let mut sorted: Vec<&(&str, &str, &DataType)> = values.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
     let mut keys = Vec::with_capacity(sorted.len());
-    for (name, text, data_type) in sorted {
+    for &&(name, text, data_type) in &sorted {
         let value = match data_type {
             DataType::Int64 => KeyValue::Int64(text.parse().map_err(|e| format!("`{name}`: {e}"))?),
             DataType::Int32 => KeyValue::Int32(text.parse().map_err(|e| format!("`{name}`: {e}"))?),
             _ => KeyValue::String(text.as_bytes()),
         };
-        keys.push((name.as_str(), value));
+        keys.push((name, value));
     }
     Ok(entity_key(project, &keys))
 }

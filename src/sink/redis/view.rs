@@ -99,13 +99,11 @@ impl OnlineView {
         match self.layout {
             LayoutKind::Native => Ok(entity_key(&self.prefix, &self.name, values).into_bytes()),
             LayoutKind::Feast => {
-                let typed: Vec<(String, String, DataType)> = self
+                let typed: Vec<(&str, &str, &DataType)> = self
                     .keys
                     .iter()
                     .zip(values)
-                    .map(|((name, data_type), value)| {
-                        (name.clone(), value.clone(), data_type.clone())
-                    })
+                    .map(|((name, data_type), value)| (name.as_str(), value.as_str(), data_type))
                     .collect();
                 feast::key_from_text(&self.project, &typed).map_err(|reason| QueryError::BadKey {
                     view: self.name.clone(),
