@@ -2,7 +2,8 @@
 //! `online_store: {type: remote}` pointed at the serving listener, bearer token from the
 //! environment) as it reads from Redis directly: both layouts, a single and a two-key entity,
 //! every value type the layouts hold, missing entities, values past the pipeline's TTL
-//! (`OUTSIDE_MAX_AGE`) and values Redis already expired (`NOT_FOUND`).
+//! (`OUTSIDE_MAX_AGE`) and values Redis already expired (`NOT_FOUND`); with the read cache
+//! off and on.
 
 use std::path::Path;
 use std::process::Command;
@@ -82,6 +83,17 @@ fn statuses(features: &[&str], status: &str, null_score: bool) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn feast_sdk_reads_the_same_through_get_online_features_as_from_redis() {
+    feast_sdk_reads_the_same(0).await;
+}
+
+/// The same through the read cache (`serving.cache_entities`): its rows, their TTL statuses
+/// and the keys Redis expired answer exactly as Redis does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feast_sdk_reads_the_same_through_the_read_cache() {
+    feast_sdk_reads_the_same(1000).await;
+}
+
+async fn feast_sdk_reads_the_same(cache_entities: usize) {
     let python = feast_python();
     let project_name = unique("fcsrv").replace('-', "_");
     let project = Project::new(&redis_url());
@@ -121,7 +133,8 @@ async fn feast_sdk_reads_the_same_through_get_online_features_as_from_redis() {
         .expect("pipeline");
     }
     project.serving_extra(
-        "  token: \"${FC_IT_SERVING_TOKEN:-}\"\n  feature_services:\n    ranking: [user_features, \"store_region:visits\", \"store_region:tags\"]",
+        &format!("  cache_entities: {cache_entities}\n  token: \"${{FC_IT_SERVING_TOKEN:-}}\"\n  feature_services:\n    ranking: [user_features, \"store_region:visits\", \"store_region:tags\"]"
+        ),
     );
 
     let old = [
@@ -265,6 +278,17 @@ async fn feast_sdk_reads_the_same_through_get_online_features_as_from_redis() {
         &["--remote", &server, "--token-env", "FC_IT_SERVING_TOKEN"],
     );
 
+    if cache_entities > 0 {
+        // The feature service's read asks again for entities the views' reads cached.
+        let (_, metrics) = project.http_get("/metrics").await.expect("metrics");
+        let hits = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"feature_connector_serving_cache_reads_total{outcome="hit"} "#)
+            })
+            .and_then(|n| n.parse::<u64>().ok());
+        assert!(hits.is_some_and(|n| n >= ENTITIES), "{metrics}");
+    }
     let (direct, remote) = (&direct["reads"], &remote["reads"]);
     // The same values, view by view; the native layout's views give the Feast layout's.
     for (ours, feasts) in [(0, 0), (1, 1), (2, 2), (3, 0), (4, 1)] {
