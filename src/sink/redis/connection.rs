@@ -68,7 +68,7 @@ pub enum RedisSetupError {
 impl RedisClient {
     /// A client for the service config: URL(s), timeouts, TLS root certificate.
     pub fn open(service: &RedisServiceConfig) -> Result<Self, RedisSetupError> {
-        Self::open_with(service, ProtocolVersion::RESP2)
+        Self::open_with(service, None)
     }
 
     /// Like [`RedisClient::open`], speaking RESP3 so that a connection can hear what Redis
@@ -77,12 +77,12 @@ impl RedisClient {
         if service.mode == RedisMode::Cluster {
             return Err(RedisSetupError::TrackingOnCluster);
         }
-        Self::open_with(service, ProtocolVersion::RESP3)
+        Self::open_with(service, Some(ProtocolVersion::RESP3))
     }
 
     fn open_with(
         service: &RedisServiceConfig,
-        protocol: ProtocolVersion,
+        protocol: Option<ProtocolVersion>,
     ) -> Result<Self, RedisSetupError> {
         let certificates = match &service.tls_ca_file {
             Some(path) => Some(TlsCertificates {
@@ -108,8 +108,13 @@ impl RedisClient {
                     .into_connection_info()
                     .map_err(invalid)?
                     .set_tcp_settings(tcp);
-                let settings = info.redis_settings().clone().set_protocol(protocol);
-                let info = info.set_redis_settings(settings);
+                let info = match protocol {
+                    Some(protocol) => {
+                        let settings = info.redis_settings().clone().set_protocol(protocol);
+                        info.set_redis_settings(settings)
+                    }
+                    None => info,
+                };
                 let client = match certificates {
                     Some(certs) => Client::build_with_tls(info, certs).map_err(invalid)?,
                     None => Client::open(info).map_err(invalid)?,

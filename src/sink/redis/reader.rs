@@ -3,15 +3,16 @@
 //! values and the features asked, read with one `HMGET` per entity, every view of a request
 //! in one pipelined round trip.
 
-use bytes::Bytes;
-use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+
 use super::cached_reads::ReaderCache;
 use super::values::ValueStyle;
-pub use super::view::OnlineView;
+use super::view::OnlineView;
 use super::{RedisClient, RedisConnection, RedisServiceConfig};
 use crate::metrics::Metrics;
 
