@@ -32,9 +32,11 @@ pub struct CachedRow {
     pub event_time_ms: Option<i64>,
     /// The stored bytes of every feature, one after the other.
     data: Bytes,
-    /// Per feature of the view (in the view's order), where its bytes end in `data`;
-    /// `None` for a field Redis did not hold.
-    ends: Box<[Option<u32>]>,
+    /// Per feature of the view (in the view's order), where its bytes end in `data` (a
+    /// field Redis did not hold ends where the one before it does).
+    ends: Box<[usize]>,
+    /// Per feature, whether Redis held the field.
+    held: Box<[bool]>,
     /// When the key expires in Redis, if it has an expiry.
     pub expires: Option<Instant>,
 }
@@ -47,32 +49,30 @@ impl CachedRow {
         expires: Option<Instant>,
     ) -> Self {
         let mut data = Vec::new();
-        let ends = values
+        let (ends, held): (Vec<usize>, Vec<bool>) = values
             .into_iter()
             .map(|value| {
-                value.and_then(|bytes| {
-                    data.extend_from_slice(&bytes);
-                    u32::try_from(data.len()).ok()
-                })
+                let held = value.is_some();
+                data.extend_from_slice(value.as_deref().unwrap_or_default());
+                (data.len(), held)
             })
-            .collect();
+            .unzip();
         Self {
             event_time_ms,
             data: Bytes::from(data),
-            ends,
+            ends: ends.into(),
+            held: held.into(),
             expires,
         }
     }
 
     /// The stored bytes of feature `index` (of the view), sharing the row's buffer.
     pub fn value(&self, index: usize) -> Option<Bytes> {
-        let end = (*self.ends.get(index)?)?;
-        let start = self.ends[..index]
-            .iter()
-            .rev()
-            .find_map(|e| *e)
-            .unwrap_or(0);
-        Some(self.data.slice(start as usize..end as usize))
+        if !*self.held.get(index)? {
+            return None;
+        }
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        Some(self.data.slice(start..self.ends[index]))
     }
 }
 
@@ -89,8 +89,9 @@ struct State {
     rows: LruCache<Vec<u8>, KeyRows, FxBuildHasher>,
     /// Invalidations applied so far.
     epoch: u64,
-    /// The latest invalidations: epoch and hash of the key.
-    recent: VecDeque<(u64, u64)>,
+    /// Hashes of the keys of the latest invalidations, the newest last (the one at the
+    /// back was invalidated at `epoch`, the one before it at `epoch - 1`, …).
+    recent: VecDeque<u64>,
 }
 
 impl EntityCache {
@@ -136,14 +137,11 @@ impl EntityCache {
     pub fn insert(&self, key: Vec<u8>, view: u32, row: Arc<CachedRow>, read_at: u64) {
         let mut state = self.state();
         if state.epoch != read_at {
-            let missed = state.epoch.saturating_sub(read_at);
+            // The invalidations since the read was sent are the last `missed` remembered.
+            let missed = usize::try_from(state.epoch.saturating_sub(read_at)).unwrap_or(usize::MAX);
             let hash = FxBuildHasher.hash_one(key.as_slice());
-            let remembered = usize::try_from(missed).is_ok_and(|m| m <= state.recent.len());
-            if !remembered
-                || state
-                    .recent
-                    .iter()
-                    .any(|&(epoch, h)| epoch > read_at && h == hash)
+            if missed > state.recent.len()
+                || state.recent.iter().rev().take(missed).any(|&h| h == hash)
             {
                 return;
             }
@@ -162,11 +160,10 @@ impl EntityCache {
         let mut dropped = 0;
         for key in keys {
             state.epoch += 1;
-            let epoch = state.epoch;
             if state.recent.len() == REMEMBERED_INVALIDATIONS {
                 state.recent.pop_front();
             }
-            state.recent.push_back((epoch, FxBuildHasher.hash_one(key)));
+            state.recent.push_back(FxBuildHasher.hash_one(key));
             if let Some(rows) = state.rows.pop(key) {
                 dropped += rows.len() as u64;
             }
