@@ -10,7 +10,7 @@ use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::{ConfigError, PipelineConfig, ServiceConfig};
 use crate::http::{ProbeState, Reads};
 use crate::metrics::Metrics;
-use crate::sink::redis::{OnlineReader, OnlineView, ReadCache};
+use crate::sink::redis::{OnlineReader, OnlineView, ReadCacheConfig};
 
 /// Runs all pipelines until SIGTERM/SIGINT, then drains within the shutdown deadline.
 pub async fn run(args: ConfigArgs) -> ExitCode {
@@ -149,7 +149,7 @@ fn serving_checks(
 /// The reader behind the serving listener. Redis being down at start is no reason to stop:
 /// reads answer 503 until it is back, and connect again by themselves.
 fn online_reads(service: &ServiceConfig, views: Vec<OnlineView>, metrics: &Arc<Metrics>) -> Reads {
-    let cache = NonZeroUsize::new(service.serving.cache_entities).map(|entities| ReadCache {
+    let cache = NonZeroUsize::new(service.serving.cache_entities).map(|entities| ReadCacheConfig {
         entities,
         metrics: metrics.clone(),
     });

@@ -7,6 +7,7 @@
 //! emptied whenever that connection is replaced or drops, since what changed meanwhile was
 //! told to nobody.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use redis::{PushKind, Value};
 
 use super::cache::{CachedRow, EntityCache};
-use super::reader::{Found, Lookup, OnlineReader, QueryError, ReadCache};
+use super::reader::{Found, Lookup, OnlineReader, QueryError, ReadCacheConfig};
 use super::{RedisClient, RedisConnection};
 use crate::metrics::CacheLabels;
 
@@ -27,7 +28,7 @@ pub struct ReaderCache {
 
 impl ReaderCache {
     /// An empty cache as `config` says.
-    pub fn new(config: ReadCache) -> Self {
+    pub fn new(config: ReadCacheConfig) -> Self {
         let metrics = config.metrics;
         let reads = |outcome| {
             metrics
@@ -98,7 +99,9 @@ impl OnlineReader {
         let (mut hits, mut misses) = (0, 0);
         for lookup in lookups {
             let view = lookup.view;
-            let (fields, own) = self.fields_of(view);
+            let fields = self.fields_of(view);
+            // Only this reader's own views have rows in the cache.
+            let own = matches!(fields, Cow::Borrowed(_));
             let mut entities = Vec::with_capacity(lookup.entities.len());
             for entity in &lookup.entities {
                 let key = view.redis_key(entity)?;

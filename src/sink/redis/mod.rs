@@ -22,7 +22,7 @@ pub use connection::{RedisClient, RedisConnection, RedisMode, RedisSetupError};
 pub use feast::supported as feast_supports;
 pub use layout::{entity_key, Layout, NativeLayout, EVENT_TIME_FIELD};
 pub use probe::RedisProbe;
-pub use reader::{Found, Lookup, OnlineReader, QueryError, ReadCache};
+pub use reader::{Found, Lookup, OnlineReader, QueryError, ReadCacheConfig};
 pub use section::overlapping_key_spaces;
 pub use values::ValueStyle;
 pub use view::OnlineView;

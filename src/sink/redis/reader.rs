@@ -3,6 +3,7 @@
 //! values and the features asked, read with one `HMGET` per entity, every view of a request
 //! in one pipelined round trip.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -84,9 +85,9 @@ pub struct Found {
     pub values: Vec<Option<Bytes>>,
 }
 
-/// Replies of entities kept in memory by the reader, and where their counts go.
-pub struct ReadCache {
-    /// Most entities kept (per view and features asked: one `HMGET` reply each).
+/// The reader's cache of entities' rows: its size, and where its counts go.
+pub struct ReadCacheConfig {
+    /// Most entities (Redis keys) kept.
     pub entities: NonZeroUsize,
     /// `serving_cache_*` counters.
     pub metrics: Arc<Metrics>,
@@ -100,9 +101,9 @@ pub struct OnlineReader {
     connection: tokio::sync::Mutex<Option<RedisConnection>>,
     views: HashMap<String, OnlineView>,
     /// Per view, its hash fields: worked out once (a Feast field name is a hash).
-    pub(super) fields: HashMap<String, ViewFields>,
-    /// Entities' replies kept in memory (`serving.cache_entities`).
-    pub(super) cache: Option<ReaderCache>,
+    fields: HashMap<String, ViewFields>,
+    /// Entities' rows kept in memory (`serving.cache_entities`).
+    cache: Option<ReaderCache>,
 }
 
 /// A view's hash fields.
@@ -135,7 +136,7 @@ impl OnlineReader {
     pub fn new(
         service: &RedisServiceConfig,
         views: impl IntoIterator<Item = OnlineView>,
-        cache: Option<ReadCache>,
+        cache: Option<ReadCacheConfig>,
     ) -> Result<Self, QueryError> {
         let client = match cache {
             Some(_) => RedisClient::open_tracking(service)?,
@@ -190,12 +191,9 @@ impl OnlineReader {
             .ok_or_else(|| QueryError::UnknownView(name.to_string()))
     }
 
-    /// The fields of `view`: worked out once for this reader's own views, now for another
-    /// (a caller's own); the flag says which.
-    pub(super) fn fields_of<'v>(
-        &'v self,
-        view: &OnlineView,
-    ) -> (std::borrow::Cow<'v, ViewFields>, bool) {
+    /// The fields of `view`: worked out once for this reader's own views (borrowed), now
+    /// for another (a caller's own).
+    pub(super) fn fields_of<'v>(&'v self, view: &OnlineView) -> Cow<'v, ViewFields> {
         match self.fields.get(&view.name) {
             Some(fields)
                 if self
@@ -203,12 +201,9 @@ impl OnlineReader {
                     .get(&view.name)
                     .is_some_and(|v| std::ptr::eq(v, view)) =>
             {
-                (std::borrow::Cow::Borrowed(fields), true)
+                Cow::Borrowed(fields)
             }
-            _ => (
-                std::borrow::Cow::Owned(ViewFields::of(view, u32::MAX)),
-                false,
-            ),
+            _ => Cow::Owned(ViewFields::of(view, u32::MAX)),
         }
     }
 
@@ -228,7 +223,7 @@ impl OnlineReader {
         let mut commands = Vec::with_capacity(lookups.iter().map(|l| l.entities.len()).sum());
         for lookup in lookups {
             let view = lookup.view;
-            let (fields, _) = self.fields_of(view);
+            let fields = self.fields_of(view);
             for entity in &lookup.entities {
                 let mut command = redis::cmd("HMGET");
                 command.arg(view.redis_key(entity)?).arg(&fields.time);
