@@ -110,7 +110,8 @@ pub struct Metrics {
     pub serving_requests: Family<ServingLabels, Counter>,
     /// Entity reads of the serving cache (`serving.cache_entities`), by outcome.
     pub serving_cache_reads: Family<CacheLabels, Counter>,
-    /// Cached entities dropped because Redis said they changed (or the cache was full).
+    /// Cached rows dropped because Redis said their key changed, or because the connection
+    /// that heard of changes was replaced (rows dropped to make room are not counted).
     pub serving_cache_invalidations: Counter,
 }
 
@@ -272,7 +273,7 @@ impl Metrics {
         let serving_cache_invalidations = Counter::default();
         registry.register(
             "serving_cache_invalidations",
-            "Cached entities dropped because Redis said they changed, or to make room",
+            "Cached rows dropped because Redis said their key changed or the connection that tracked them was replaced",
             serving_cache_invalidations.clone(),
         );
         Self {

@@ -96,7 +96,7 @@ struct State {
 
 impl EntityCache {
     /// An empty cache of at most `capacity` keys; `invalidations` counts the rows dropped
-    /// because Redis said they changed.
+    /// because Redis said they changed or the cache was cleared.
     pub fn new(capacity: NonZeroUsize, invalidations: Counter) -> Self {
         Self {
             state: Mutex::new(State {
