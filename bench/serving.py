@@ -45,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import (ADMIN, BIN, CORES, REDIS_URL, Process, at_least, at_most, connector_acked,  # noqa: E402
+                 connector_metrics,
                  delete_topic, ensure_namespace, fmt, free_port, proc_cpu_seconds, ratio, redis_cli, redis_info,
                  verdict)
 
@@ -470,18 +471,17 @@ def net_cpu_us(row, label):
     return max(cpu, 0) * 1e6 / row["requests"]
 
 
+CACHE_READS = re.compile(r'^feature_connector_serving_cache_reads_total\{outcome="(\w+)"\} (\d+)$', re.M)
+CACHE_INVALIDATIONS = re.compile(r"^feature_connector_serving_cache_invalidations_total (\d+)$", re.M)
+
+
 def cache_counts(http_port):
     """The cached replica's `serving_cache_*` counters, from its /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    counts = {"hit": 0, "miss": 0, "invalidations": 0}
-    for line in text.splitlines():
-        match = re.match(r'feature_connector_serving_cache_reads_total\{outcome="(\w+)"\} (\d+)', line)
-        if match:
-            counts[match.group(1)] = int(match.group(2))
-        match = re.match(r"feature_connector_serving_cache_invalidations_total (\d+)", line)
-        if match:
-            counts["invalidations"] = int(match.group(1))
+    text = connector_metrics(http_port)
+    if not text:
+        raise RuntimeError(f"the cached replica's /metrics (port {http_port}) did not answer")
+    counts = {"hit": 0, "miss": 0, **{outcome: int(n) for outcome, n in CACHE_READS.findall(text)}}
+    counts["invalidations"] = sum(int(n) for n in CACHE_INVALIDATIONS.findall(text))
     return counts
 
 
