@@ -367,7 +367,10 @@ async fn redis_cluster_routes_every_entity() {
     let name = unique("cl").replace('-', "_");
     round_trip_through(&project, &name).await;
     // Every entity is in the cluster, spread over its nodes.
-    let client = redis::cluster::ClusterClient::new(nodes.split(',').collect::<Vec<_>>())
+    let client = redis::cluster::ClusterClient::builder(nodes.split(',').collect::<Vec<_>>())
+        .connection_timeout(TEST_REDIS_TIMEOUT)
+        .response_timeout(TEST_REDIS_TIMEOUT)
+        .build()
         .expect("cluster client");
     let mut connection = client
         .get_async_connection()

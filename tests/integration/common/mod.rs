@@ -546,11 +546,19 @@ pub async fn wait_drained(topic: &str, subscriptions: &[&str], timeout: Duration
     .await;
 }
 
+/// How long a test's own Redis command may take: redis-rs's default (500 ms) is shorter than
+/// the stalls of a 2-core CI box running the suite in parallel, and a test's check is not the
+/// place to judge Redis's latency.
+pub const TEST_REDIS_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A Redis connection.
 pub async fn redis(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(TEST_REDIS_TIMEOUT))
+        .set_response_timeout(Some(TEST_REDIS_TIMEOUT));
     redis::Client::open(url)
         .expect("redis url")
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .expect("redis connection")
 }
