@@ -16,82 +16,143 @@
 //! feature whose last value was null; `OUTSIDE_MAX_AGE` when the event time is older than
 //! the pipeline's `online.ttl` (the value is still given, as Feast does). Feast's own Redis
 //! store says `PRESENT` with a null value for the first two; these say what happened.
+//!
+//! The answer borrows what it can (the request's join keys, cached rows' JSON text) and is
+//! written out by hand: a 50-entity answer is ~500 cells, most of them text already.
 
-use std::sync::Arc;
+use std::rc::Rc;
 
-use chrono::SecondsFormat;
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::request::{output_name, Plan};
-use crate::sink::redis::{Found, ValueStyle};
+use crate::sink::redis::{feast_timestamp, Found, ValueStyle, FEAST_EPOCH};
 
-/// The answer body.
-#[derive(Debug, Serialize)]
-pub struct OnlineFeaturesResponse {
-    metadata: Metadata,
-    results: Vec<FeatureVector>,
-}
-
-#[derive(Debug, Serialize)]
-struct Metadata {
+/// The answer, borrowing from the plan and from what Redis held.
+#[derive(Debug)]
+pub struct OnlineFeaturesResponse<'a> {
     feature_names: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    feature_view_metadata: Vec<ViewMetadata>,
+    /// `feature_view_metadata`'s names, when asked for.
+    view_names: Vec<&'a str>,
+    columns: Vec<Column<'a>>,
 }
 
-/// Feast writes `version` only when it is not 0, and our views have no versions.
-#[derive(Debug, Serialize)]
-struct ViewMetadata {
-    name: String,
-}
-
-#[derive(Debug, Serialize)]
-struct FeatureVector {
-    values: Vec<Value>,
+#[derive(Debug)]
+struct Column<'a> {
+    values: Vec<Cell<'a>>,
     statuses: Vec<&'static str>,
-    /// A view's features share their rows' event times: formatted once, held by each.
-    #[serde(serialize_with = "shared")]
-    event_timestamps: Arc<[String]>,
+    /// A view's features share their rows' event times: worked out once, held by each.
+    event_timestamps: Rc<[Cell<'a>]>,
 }
 
-fn shared<S: Serializer>(items: &Arc<[String]>, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_seq(items.iter())
+/// One JSON value of the answer.
+#[derive(Debug, Clone)]
+enum Cell<'a> {
+    /// Decoded for this answer.
+    Owned(Value),
+    /// The request's own (a join key value).
+    Borrowed(&'a Value),
+    /// JSON text already (a cached row's value or event time).
+    Text(&'a str),
+    /// A string that needs no escaping.
+    Plain(&'static str),
+    /// `null`.
+    Null,
 }
 
-impl OnlineFeaturesResponse {
-    /// About the length of the answer's JSON: per value its status and its event time
-    /// (~50 bytes) and the value itself.
-    pub fn json_size_hint(&self) -> usize {
-        let values: usize = self.results.iter().map(|r| r.values.len()).sum();
-        256 + self.metadata.feature_names.len() * 32 + values * 64
+impl OnlineFeaturesResponse<'_> {
+    /// The answer's JSON.
+    pub fn to_json(&self) -> Vec<u8> {
+        let values: usize = self.columns.iter().map(|c| c.values.len()).sum();
+        // Per value its status and its event time (~50 bytes) and the value itself.
+        let mut out = Vec::with_capacity(256 + self.feature_names.len() * 32 + values * 64);
+        out.extend_from_slice(b"{\"metadata\":{\"feature_names\":");
+        write_serialized(&mut out, &self.feature_names);
+        if !self.view_names.is_empty() {
+            // Feast writes `version` only when it is not 0, and our views have no versions.
+            out.extend_from_slice(b",\"feature_view_metadata\":[");
+            for (i, name) in self.view_names.iter().enumerate() {
+                separate(&mut out, i);
+                out.extend_from_slice(b"{\"name\":");
+                write_serialized(&mut out, name);
+                out.push(b'}');
+            }
+            out.push(b']');
+        }
+        out.extend_from_slice(b"},\"results\":[");
+        for (i, column) in self.columns.iter().enumerate() {
+            separate(&mut out, i);
+            out.extend_from_slice(b"{\"values\":");
+            write_cells(&mut out, &column.values);
+            out.extend_from_slice(b",\"statuses\":[");
+            for (i, status) in column.statuses.iter().enumerate() {
+                separate(&mut out, i);
+                write_plain(&mut out, status);
+            }
+            out.extend_from_slice(b"],\"event_timestamps\":");
+            write_cells(&mut out, &column.event_timestamps);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"]}");
+        out
     }
 }
 
-/// The timestamp Feast gives join key columns and entities not found.
-const EPOCH: &str = "1970-01-01T00:00:00Z";
+fn separate(out: &mut Vec<u8>, index: usize) {
+    if index > 0 {
+        out.push(b',');
+    }
+}
+
+fn write_plain(out: &mut Vec<u8>, text: &str) {
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
+}
+
+fn write_serialized(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    // Strings and JSON values into a Vec: serde_json has nothing here that can fail.
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.extend_from_slice(b"null");
+    }
+}
+
+fn write_cells(out: &mut Vec<u8>, cells: &[Cell<'_>]) {
+    out.push(b'[');
+    for (i, cell) in cells.iter().enumerate() {
+        separate(out, i);
+        match cell {
+            Cell::Owned(value) => write_serialized(out, value),
+            Cell::Borrowed(value) => write_serialized(out, *value),
+            Cell::Text(json) => out.extend_from_slice(json.as_bytes()),
+            Cell::Plain(text) => write_plain(out, text),
+            Cell::Null => out.extend_from_slice(b"null"),
+        }
+    }
+    out.push(b']');
+}
 
 /// Builds the answer from what Redis held (`found`: per view of the plan, per row), judging
 /// ages against `now_ms`.
-pub fn build(
-    plan: &Plan<'_>,
-    found: Vec<Vec<Found>>,
+pub fn build<'a>(
+    plan: &'a Plan<'_>,
+    found: &'a [Vec<Found>],
     now_ms: i64,
     full_feature_names: bool,
     view_metadata: bool,
-) -> OnlineFeaturesResponse {
+) -> OnlineFeaturesResponse<'a> {
     let mut feature_names = Vec::new();
-    let mut results = Vec::new();
-    let epochs: Arc<[String]> = vec![EPOCH.to_string(); plan.rows].into();
+    let mut columns = Vec::new();
+    let epochs: Rc<[Cell<'a>]> = vec![Cell::Plain(FEAST_EPOCH); plan.rows].into();
     for (name, values) in &plan.key_columns {
         feature_names.push((*name).to_string());
-        results.push(FeatureVector {
-            values: values.to_vec(),
+        columns.push(Column {
+            values: values.iter().map(Cell::Borrowed).collect(),
             statuses: vec!["PRESENT"; values.len()],
             event_timestamps: if values.len() == plan.rows {
-                epochs.clone()
+                Rc::clone(&epochs)
             } else {
-                vec![EPOCH.to_string(); values.len()].into()
+                vec![Cell::Plain(FEAST_EPOCH); values.len()].into()
             },
         });
     }
@@ -100,40 +161,49 @@ pub fn build(
         let max_age_ms = view
             .ttl
             .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-        let timestamps: Arc<[String]> = rows
+        let rendered: Vec<_> = rows.iter().map(|row| row.feast_json(view)).collect();
+        let timestamps: Rc<[Cell<'a>]> = rows
             .iter()
-            .map(|row| {
-                row.event_time_ms
-                    .map_or_else(|| EPOCH.to_string(), timestamp)
+            .zip(&rendered)
+            .map(|(row, rendered)| match (row.event_time_ms, rendered) {
+                (None, _) => Cell::Plain(FEAST_EPOCH),
+                (Some(_), Some(json)) => json.event_time().map_or(Cell::Null, Cell::Text),
+                (Some(ms), None) => Cell::Owned(Value::String(feast_timestamp(ms))),
             })
             .collect();
-        let mut columns: Vec<FeatureVector> = view_plan
+        let mut view_columns: Vec<Column<'a>> = view_plan
             .features
             .iter()
-            .map(|_| FeatureVector {
+            .map(|_| Column {
                 values: Vec::with_capacity(plan.rows),
                 statuses: Vec::with_capacity(plan.rows),
-                event_timestamps: Arc::clone(&timestamps),
+                event_timestamps: Rc::clone(&timestamps),
             })
             .collect();
-        for row in rows {
+        for (row, rendered) in rows.iter().zip(rendered) {
             let stale = match (row.event_time_ms, max_age_ms) {
                 (Some(t), Some(max)) => now_ms.saturating_sub(t) > max,
                 _ => false,
             };
-            for ((column, &feature), raw) in
-                columns.iter_mut().zip(&view_plan.features).zip(row.values)
+            for (asked, (column, &feature)) in
+                view_columns.iter_mut().zip(&view_plan.features).enumerate()
             {
-                let (value, status) = match (row.event_time_ms, raw) {
-                    (None, _) => (Value::Null, "NOT_FOUND"),
-                    (Some(_), None) => (Value::Null, "NULL_VALUE"),
-                    (Some(_), Some(raw)) => match view.decode(feature, &raw, ValueStyle::Feast) {
-                        Value::Null => (Value::Null, "NULL_VALUE"),
-                        value if stale => (value, "OUTSIDE_MAX_AGE"),
-                        value => (value, "PRESENT"),
-                    },
+                let value = match (row.event_time_ms, rendered) {
+                    (None, _) => None,
+                    (Some(_), Some(json)) => json.value(feature).map(Cell::Text),
+                    (Some(_), None) => row
+                        .value(asked, feature)
+                        .map(|raw| view.decode(feature, raw, ValueStyle::Feast))
+                        .filter(|value| !value.is_null())
+                        .map(Cell::Owned),
                 };
-                column.values.push(value);
+                let status = match (row.event_time_ms, &value) {
+                    (None, _) => "NOT_FOUND",
+                    (Some(_), None) => "NULL_VALUE",
+                    (Some(_), Some(_)) if stale => "OUTSIDE_MAX_AGE",
+                    (Some(_), Some(_)) => "PRESENT",
+                };
+                column.values.push(value.unwrap_or(Cell::Null));
                 column.statuses.push(status);
             }
         }
@@ -141,38 +211,16 @@ pub fn build(
             let name = view.features.get(feature).map_or("", |(f, _)| f.as_str());
             feature_names.push(output_name(&view.name, name, full_feature_names));
         }
-        results.extend(columns);
+        columns.extend(view_columns);
     }
-    let feature_view_metadata = if view_metadata {
-        plan.views
-            .iter()
-            .map(|v| ViewMetadata {
-                name: v.view.name.clone(),
-            })
-            .collect()
+    let view_names = if view_metadata {
+        plan.views.iter().map(|v| v.view.name.as_str()).collect()
     } else {
         Vec::new()
     };
     OnlineFeaturesResponse {
-        metadata: Metadata {
-            feature_names,
-            feature_view_metadata,
-        },
-        results,
+        feature_names,
+        view_names,
+        columns,
     }
-}
-
-/// An event time as Feast writes timestamps: RFC 3339 in UTC with `Z`, milliseconds only
-/// when there are some (`MessageToDict`'s adaptive precision).
-pub fn timestamp(ms: i64) -> String {
-    let Some(time) = chrono::DateTime::from_timestamp_millis(ms) else {
-        return EPOCH.to_string();
-    };
-    // RFC 3339 written directly: a `format` string is parsed again on every call.
-    let precision = if ms.rem_euclid(1000) == 0 {
-        SecondsFormat::Secs
-    } else {
-        SecondsFormat::Millis
-    };
-    time.to_rfc3339_opts(precision, true)
 }

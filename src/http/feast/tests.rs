@@ -1,6 +1,7 @@
 //! The request plan and the answer's shape, without Redis.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::DataType;
@@ -8,10 +9,12 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::request::{plan, OnlineFeaturesRequest};
-use super::response::{build, timestamp};
+use super::response::build;
 use crate::config::ServingConfig;
 use crate::http::feature_service_issues;
-use crate::sink::redis::{Found, LayoutKind, OnlineView, QueryError};
+use crate::sink::redis::{
+    feast_timestamp as timestamp, CachedRow, Found, LayoutKind, OnlineView, QueryError,
+};
 
 fn view(name: &str, keys: &[(&str, DataType)], features: &[(&str, DataType)]) -> OnlineView {
     let own = |list: &[(&str, DataType)]| {
@@ -203,30 +206,25 @@ fn answers_have_feasts_shape_and_statuses() {
     let planned = plan(&request, lookup(&views), &BTreeMap::new(), 10).unwrap();
     let now = 1_800_000_000_000;
     let found = vec![vec![
-        Found {
-            event_time_ms: Some(now - 1_500),
-            values: vec![
+        Found::read(
+            Some(now - 1_500),
+            vec![
                 Some(Bytes::from_static(b"3")),
                 Some(Bytes::from_static(b"0.1")),
             ],
-        },
-        Found {
-            event_time_ms: Some(now - 61_000),
-            values: vec![
+        ),
+        Found::read(
+            Some(now - 61_000),
+            vec![
                 Some(Bytes::from_static(b"4")),
                 Some(Bytes::from_static(b"NaN")),
             ],
-        },
-        Found {
-            event_time_ms: None,
-            values: vec![None, None],
-        },
-        Found {
-            event_time_ms: Some(now),
-            values: vec![None, Some(Bytes::from_static(b"x"))],
-        },
+        ),
+        Found::read(None, vec![None, None]),
+        Found::read(Some(now), vec![None, Some(Bytes::from_static(b"x"))]),
     ]];
-    let answer = serde_json::to_value(build(&planned, found, now, true, true)).unwrap();
+    let answer: Value =
+        serde_json::from_slice(&build(&planned, &found, now, true, true).to_json()).unwrap();
     assert_eq!(
         answer["metadata"],
         json!({"feature_names": ["user_id", "users__clicks", "users__ctr"],
@@ -263,6 +261,67 @@ fn answers_have_feasts_shape_and_statuses() {
     assert_eq!(
         results[2]["statuses"],
         json!(["PRESENT", "OUTSIDE_MAX_AGE", "NOT_FOUND", "PRESENT"])
+    );
+}
+
+#[test]
+fn cached_rows_answer_exactly_as_rows_read() {
+    let views = views();
+    // The features asked in another order than the view's (clicks, ctr).
+    let request = request(json!({
+        "features": ["users:ctr", "users:clicks"],
+        "entities": {"user_id": ["fresh", "stale", "missing", "nulls"]},
+    }));
+    let planned = plan(&request, lookup(&views), &BTreeMap::new(), 10).unwrap();
+    let now = 1_800_000_000_000;
+    // Per row: its event time and the stored (clicks, ctr).
+    type Stored = (Option<i64>, [Option<&'static [u8]>; 2]);
+    let stored: [Stored; 4] = [
+        (Some(now - 1_500), [Some(b"3"), Some(b"0.1")]),
+        (Some(now - 61_000), [Some(b"4"), Some(b"NaN")]),
+        (None, [None, None]),
+        (Some(now), [None, Some(b"x \"quoted\"")]),
+    ];
+    let read = vec![stored
+        .iter()
+        .map(|(time, [clicks, ctr])| {
+            Found::read(
+                *time,
+                vec![
+                    ctr.map(Bytes::copy_from_slice),
+                    clicks.map(Bytes::copy_from_slice),
+                ],
+            )
+        })
+        .collect::<Vec<_>>()];
+    let cached = vec![stored
+        .iter()
+        .map(|(time, values)| {
+            let row = CachedRow::new(*time, values.iter().map(|v| v.map(<[u8]>::to_vec)), None);
+            Found::cached(Arc::new(row))
+        })
+        .collect::<Vec<_>>()];
+    let from_redis = build(&planned, &read, now, false, true).to_json();
+    // Twice: the second answer copies the text the first one left in the rows.
+    for _ in 0..2 {
+        let from_cache = build(&planned, &cached, now, false, true).to_json();
+        assert_eq!(
+            String::from_utf8_lossy(&from_cache),
+            String::from_utf8_lossy(&from_redis)
+        );
+    }
+    let answer: Value = serde_json::from_slice(&from_redis).unwrap();
+    assert_eq!(
+        answer["results"][1]["values"],
+        json!([f64::from(0.1f32), "NaN", null, "x \"quoted\""])
+    );
+    assert_eq!(
+        answer["results"][2]["statuses"],
+        json!(["PRESENT", "OUTSIDE_MAX_AGE", "NOT_FOUND", "NULL_VALUE"])
+    );
+    assert_eq!(
+        answer["metadata"]["feature_view_metadata"],
+        json!([{"name": "users"}])
     );
 }
 

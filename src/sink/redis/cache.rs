@@ -12,13 +12,16 @@
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use bytes::Bytes;
 use lru::LruCache;
 use prometheus_client::metrics::counter::Counter;
 use rustc_hash::FxBuildHasher;
+
+use super::rendered::FeastJson;
+use super::view::OnlineView;
 
 /// Invalidations remembered key by key; a read that saw more of them since it was sent is
 /// not kept at all.
@@ -31,7 +34,7 @@ pub struct CachedRow {
     /// Epoch ms of the stored event time; `None` when Redis held nothing.
     pub event_time_ms: Option<i64>,
     /// The stored bytes of every feature, one after the other.
-    data: Bytes,
+    data: Box<[u8]>,
     /// Per feature of the view (in the view's order), where its bytes end in `data` (a
     /// field Redis did not hold ends where the one before it does).
     ends: Box<[usize]>,
@@ -39,6 +42,10 @@ pub struct CachedRow {
     held: Box<[bool]>,
     /// When the key expires in Redis, if it has an expiry.
     pub expires: Option<Instant>,
+    /// Read since eviction last passed it over (its second chance).
+    used: AtomicBool,
+    /// The row as Feast's answer writes it: decoded once, on its first Feast read.
+    feast: OnceLock<FeastJson>,
 }
 
 impl CachedRow {
@@ -59,20 +66,32 @@ impl CachedRow {
             .unzip();
         Self {
             event_time_ms,
-            data: Bytes::from(data),
+            data: data.into(),
             ends: ends.into(),
             held: held.into(),
             expires,
+            used: AtomicBool::new(false),
+            feast: OnceLock::new(),
         }
     }
 
-    /// The stored bytes of feature `index` (of the view), sharing the row's buffer.
-    pub fn value(&self, index: usize) -> Option<Bytes> {
+    /// The stored bytes of feature `index` (of the view).
+    pub fn value(&self, index: usize) -> Option<&[u8]> {
         if !*self.held.get(index)? {
             return None;
         }
         let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
-        Some(self.data.slice(start..self.ends[index]))
+        self.data.get(start..self.ends[index])
+    }
+
+    /// Features of the view the row holds a place for.
+    pub fn features(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The row in Feast's JSON (`view` is the row's own), worked out on the first call.
+    pub fn feast_json(&self, view: &OnlineView) -> &FeastJson {
+        self.feast.get_or_init(|| FeastJson::of(self, view))
     }
 }
 
@@ -92,6 +111,42 @@ struct State {
     /// Hashes of the keys of the latest invalidations, the newest last (the one at the
     /// back was invalidated at `epoch`, the one before it at `epoch - 1`, …).
     recent: VecDeque<u64>,
+}
+
+impl State {
+    /// A read does not reorder the LRU list (that would write to two more nodes at random
+    /// places in memory per entity, the cost that bounded 50-entity reads); it marks the row
+    /// used, and eviction gives a used key a second chance at the back instead (CLOCK).
+    fn row(&self, key: &[u8], view: u32, now: Instant) -> Option<Arc<CachedRow>> {
+        let rows = self.rows.peek(key)?;
+        let (_, row) = rows.iter().find(|(v, _)| *v == view)?;
+        if matches!(row.expires, Some(expires) if expires <= now) {
+            return None;
+        }
+        if !row.used.load(Ordering::Relaxed) {
+            row.used.store(true, Ordering::Relaxed);
+        }
+        Some(Arc::clone(row))
+    }
+
+    /// When full, drops the key inserted or passed over longest ago among those not read
+    /// since; ends, as every key it passes over loses its mark.
+    fn make_room(&mut self) {
+        while self.rows.len() >= self.rows.cap().get() {
+            let Some((key, rows)) = self.rows.pop_lru() else {
+                return;
+            };
+            let mut used = false;
+            for (_, row) in &rows {
+                used |= row.used.swap(false, Ordering::Relaxed);
+            }
+            if used {
+                self.rows.push(key, rows);
+            } else {
+                return;
+            }
+        }
+    }
 }
 
 impl EntityCache {
@@ -121,15 +176,24 @@ impl EntityCache {
         self.state().epoch
     }
 
+    /// The row of `view` under each of `keys`, unless absent or past the key's expiry; one
+    /// lock for them all.
+    pub fn get_all<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        view: u32,
+        now: Instant,
+    ) -> Vec<Option<Arc<CachedRow>>> {
+        let state = self.state();
+        keys.into_iter()
+            .map(|key| state.row(key, view, now))
+            .collect()
+    }
+
     /// The row of `view` under `key`, unless absent or past the key's expiry.
+    #[cfg(test)]
     pub fn get(&self, key: &[u8], view: u32, now: Instant) -> Option<Arc<CachedRow>> {
-        let mut state = self.state();
-        let rows = state.rows.get(key)?;
-        let row = rows.iter().find(|(v, _)| *v == view)?;
-        match row.1.expires {
-            Some(expires) if expires <= now => None,
-            _ => Some(Arc::clone(&row.1)),
-        }
+        self.state().row(key, view, now)
     }
 
     /// Keeps `row` of `view` under `key`, read by a request sent at epoch `read_at`, unless
@@ -146,11 +210,12 @@ impl EntityCache {
                 return;
             }
         }
-        if let Some(rows) = state.rows.get_mut(key.as_slice()) {
+        if let Some(rows) = state.rows.peek_mut(key.as_slice()) {
             rows.retain(|(v, _)| *v != view);
             rows.push((view, row));
         } else {
-            state.rows.put(key, vec![(view, row)]);
+            state.make_room();
+            state.rows.push(key, vec![(view, row)]);
         }
     }
 
@@ -212,10 +277,10 @@ mod tests {
         )
     }
 
-    fn value(cache: &EntityCache, key: &[u8], view: u32) -> Option<Bytes> {
+    fn value(cache: &EntityCache, key: &[u8], view: u32) -> Option<Vec<u8>> {
         cache
             .get(key, view, Instant::now())
-            .and_then(|row| row.value(0))
+            .and_then(|row| row.value(0).map(<[u8]>::to_vec))
     }
 
     #[test]
@@ -230,11 +295,12 @@ mod tests {
             ],
             None,
         );
-        assert_eq!(row.value(0).as_deref(), Some(&b"ab"[..]));
+        assert_eq!(row.value(0), Some(&b"ab"[..]));
         assert_eq!(row.value(1), None);
-        assert_eq!(row.value(2).as_deref(), Some(&b""[..]));
-        assert_eq!(row.value(3).as_deref(), Some(&b"c"[..]));
+        assert_eq!(row.value(2), Some(&b""[..]));
+        assert_eq!(row.value(3), Some(&b"c"[..]));
         assert_eq!(row.value(4), None);
+        assert_eq!(row.features(), 4);
     }
 
     #[test]
@@ -311,5 +377,31 @@ mod tests {
         assert_eq!(cache.len(), 2);
         assert!(cache.get(b"a", 0, now).is_none(), "least recently read");
         assert!(cache.get(b"e", 0, now).is_some());
+    }
+
+    #[test]
+    fn eviction_passes_over_keys_read_since_and_all_at_once_reads_many() {
+        let cache = cache(3);
+        let now = Instant::now();
+        for key in [b"a", b"b", b"c"] {
+            cache.insert(key.to_vec(), 0, row(b"v"), cache.epoch());
+        }
+        // a and c read; b, never read, is the one to go, though a is older.
+        let read = cache.get_all([&b"a"[..], &b"c"[..], &b"x"[..]], 0, now);
+        assert_eq!(
+            read.iter().map(Option::is_some).collect::<Vec<_>>(),
+            [true, true, false]
+        );
+        cache.insert(b"d".to_vec(), 0, row(b"v"), cache.epoch());
+        assert!(cache.get(b"b", 0, now).is_none());
+        // Every key read: each loses its mark once, then the first passed over (c: a went
+        // behind it when b was evicted) goes.
+        cache.get_all([&b"a"[..], &b"c"[..], &b"d"[..]], 0, now);
+        cache.insert(b"e".to_vec(), 0, row(b"v"), cache.epoch());
+        assert_eq!(cache.len(), 3);
+        assert!(cache.get(b"c", 0, now).is_none());
+        for kept in [b"a", b"d", b"e"] {
+            assert!(cache.get(kept, 0, now).is_some());
+        }
     }
 }

@@ -102,15 +102,26 @@ impl OnlineReader {
             let fields = self.fields_of(view);
             // Only this reader's own views have rows in the cache.
             let own = matches!(fields, Cow::Borrowed(_));
-            let mut entities = Vec::with_capacity(lookup.entities.len());
-            for entity in &lookup.entities {
-                let key = view.redis_key(entity)?;
+            let keys = lookup
+                .entities
+                .iter()
+                .map(|entity| view.redis_key(entity))
+                .collect::<Result<Vec<_>, _>>()?;
+            let cached = if own {
+                cache
+                    .rows
+                    .get_all(keys.iter().map(Vec::as_slice), fields.id, now)
+            } else {
+                vec![None; keys.len()]
+            };
+            let mut entities = Vec::with_capacity(keys.len());
+            for (key, cached) in keys.into_iter().zip(cached) {
+                if let Some(row) = cached {
+                    hits += 1;
+                    entities.push(Source::Cached(row));
+                    continue;
+                }
                 if own {
-                    if let Some(row) = cache.rows.get(&key, fields.id, now) {
-                        hits += 1;
-                        entities.push(Source::Cached(row));
-                        continue;
-                    }
                     misses += 1;
                 }
                 let mut command = redis::cmd("HMGET");
@@ -158,10 +169,7 @@ impl OnlineReader {
                         row
                     }
                 };
-                found.push(Found {
-                    event_time_ms: row.event_time_ms,
-                    values: lookup.features.iter().map(|&f| row.value(f)).collect(),
-                });
+                found.push(Found::cached(row));
             }
             answer.push(found);
         }

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
+use super::cache::CachedRow;
 use super::cached_reads::ReaderCache;
+use super::rendered::FeastJson;
 use super::values::ValueStyle;
 use super::view::OnlineView;
 use super::{RedisClient, RedisConnection, RedisServiceConfig};
@@ -76,13 +78,58 @@ pub struct Lookup<'a> {
 }
 
 /// What Redis holds for one entity of a [`Lookup`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Found {
     /// Event time of the stored values (epoch ms); `None` when Redis holds nothing for the
     /// entity in this view (never written, or expired).
     pub event_time_ms: Option<i64>,
+    /// The stored values.
+    values: FoundValues,
+}
+
+/// Where a [`Found`]'s values are.
+#[derive(Debug, Clone)]
+enum FoundValues {
     /// Per feature asked, the stored bytes; `None` for a field not there (a null feature).
-    pub values: Vec<Option<Bytes>>,
+    Asked(Vec<Option<Bytes>>),
+    /// The entity's cached row: every feature of the view.
+    Cached(Arc<CachedRow>),
+}
+
+impl Found {
+    /// What Redis replied: `values` per feature asked, in the lookup's order.
+    pub fn read(event_time_ms: Option<i64>, values: Vec<Option<Bytes>>) -> Self {
+        Self {
+            event_time_ms,
+            values: FoundValues::Asked(values),
+        }
+    }
+
+    /// What the cache holds for the entity.
+    pub fn cached(row: Arc<CachedRow>) -> Self {
+        Self {
+            event_time_ms: row.event_time_ms,
+            values: FoundValues::Cached(row),
+        }
+    }
+
+    /// The stored bytes of the `asked`-th feature of the lookup, feature `feature` of the
+    /// view; `None` for a field not there (a null feature).
+    pub fn value(&self, asked: usize, feature: usize) -> Option<&[u8]> {
+        match &self.values {
+            FoundValues::Asked(values) => values.get(asked)?.as_deref(),
+            FoundValues::Cached(row) => row.value(feature),
+        }
+    }
+
+    /// The entity's row in Feast's JSON, when it came from the cache (`view` is the
+    /// lookup's): written once per row, copied by every answer after.
+    pub fn feast_json(&self, view: &OnlineView) -> Option<&FeastJson> {
+        match &self.values {
+            FoundValues::Asked(_) => None,
+            FoundValues::Cached(row) => Some(row.feast_json(view)),
+        }
+    }
 }
 
 /// The reader's cache of entities' rows: its size, and where its counts go.
@@ -256,10 +303,7 @@ impl OnlineReader {
                         let mut values: Vec<Option<Bytes>> =
                             values.map(|v| v.map(Bytes::from)).collect();
                         values.resize(lookup.features.len(), None);
-                        Found {
-                            event_time_ms,
-                            values,
-                        }
+                        Found::read(event_time_ms, values)
                     })
                     .collect()
             })
@@ -315,9 +359,9 @@ impl OnlineReader {
             .zip(entities)
             .map(|(found, entity)| {
                 let mut out = Map::new();
-                for (&feature, value) in lookup.features.iter().zip(found.values) {
-                    let decoded = value.map_or(Value::Null, |raw| {
-                        view.decode(feature, &raw, ValueStyle::Typed)
+                for (asked, &feature) in lookup.features.iter().enumerate() {
+                    let decoded = found.value(asked, feature).map_or(Value::Null, |raw| {
+                        view.decode(feature, raw, ValueStyle::Typed)
                     });
                     let name = view.features.get(feature).map_or("", |(f, _)| f.as_str());
                     out.insert(name.to_string(), decoded);
