@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::DataType;
-use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::request::{plan, OnlineFeaturesRequest};
@@ -196,6 +195,32 @@ fn feature_services_expand_whole_views() {
     );
 }
 
+/// Per row: its event time and the stored (clicks, ctr) of the view `users`.
+type Stored = (Option<i64>, [Option<&'static [u8]>; 2]);
+
+/// The rows the answer tests read: fresh, stale (past the view's 60 s), missing, and one
+/// whose clicks are null and whose ctr is `last_ctr`.
+fn stored_rows(now: i64, last_ctr: &'static [u8]) -> [Stored; 4] {
+    [
+        (Some(now - 1_500), [Some(b"3"), Some(b"0.1")]),
+        (Some(now - 61_000), [Some(b"4"), Some(b"NaN")]),
+        (None, [None, None]),
+        (Some(now), [None, Some(last_ctr)]),
+    ]
+}
+
+/// `stored` as Redis replies to a lookup asking the features `asked` (indices into
+/// (clicks, ctr)), in that order.
+fn replied(stored: &[Stored], asked: [usize; 2]) -> Vec<Found> {
+    stored
+        .iter()
+        .map(|(time, values)| {
+            let values = asked.iter().map(|&f| values[f].map(<[u8]>::to_vec));
+            Found::read(*time, values.collect())
+        })
+        .collect()
+}
+
 #[test]
 fn answers_have_feasts_shape_and_statuses() {
     let views = views();
@@ -205,24 +230,8 @@ fn answers_have_feasts_shape_and_statuses() {
     }));
     let planned = plan(&request, lookup(&views), &BTreeMap::new(), 10).unwrap();
     let now = 1_800_000_000_000;
-    let found = vec![vec![
-        Found::read(
-            Some(now - 1_500),
-            vec![
-                Some(Bytes::from_static(b"3")),
-                Some(Bytes::from_static(b"0.1")),
-            ],
-        ),
-        Found::read(
-            Some(now - 61_000),
-            vec![
-                Some(Bytes::from_static(b"4")),
-                Some(Bytes::from_static(b"NaN")),
-            ],
-        ),
-        Found::read(None, vec![None, None]),
-        Found::read(Some(now), vec![None, Some(Bytes::from_static(b"x"))]),
-    ]];
+    // Asked as the view has them: (clicks, ctr).
+    let found = vec![replied(&stored_rows(now, b"x"), [0, 1])];
     let answer: Value =
         serde_json::from_slice(&build(&planned, &found, now, true, true).to_json()).unwrap();
     assert_eq!(
@@ -274,26 +283,8 @@ fn cached_rows_answer_exactly_as_rows_read() {
     }));
     let planned = plan(&request, lookup(&views), &BTreeMap::new(), 10).unwrap();
     let now = 1_800_000_000_000;
-    // Per row: its event time and the stored (clicks, ctr).
-    type Stored = (Option<i64>, [Option<&'static [u8]>; 2]);
-    let stored: [Stored; 4] = [
-        (Some(now - 1_500), [Some(b"3"), Some(b"0.1")]),
-        (Some(now - 61_000), [Some(b"4"), Some(b"NaN")]),
-        (None, [None, None]),
-        (Some(now), [None, Some(b"x \"quoted\"")]),
-    ];
-    let read = vec![stored
-        .iter()
-        .map(|(time, [clicks, ctr])| {
-            Found::read(
-                *time,
-                vec![
-                    ctr.map(Bytes::copy_from_slice),
-                    clicks.map(Bytes::copy_from_slice),
-                ],
-            )
-        })
-        .collect::<Vec<_>>()];
+    let stored = stored_rows(now, b"x \"quoted\"");
+    let read = vec![replied(&stored, [1, 0])];
     let cached = vec![stored
         .iter()
         .map(|(time, values)| {

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::cache::CachedRow;
@@ -91,14 +90,14 @@ pub struct Found {
 #[derive(Debug, Clone)]
 enum FoundValues {
     /// Per feature asked, the stored bytes; `None` for a field not there (a null feature).
-    Asked(Vec<Option<Bytes>>),
+    Asked(Vec<Option<Vec<u8>>>),
     /// The entity's cached row: every feature of the view.
     Cached(Arc<CachedRow>),
 }
 
 impl Found {
     /// What Redis replied: `values` per feature asked, in the lookup's order.
-    pub fn read(event_time_ms: Option<i64>, values: Vec<Option<Bytes>>) -> Self {
+    pub fn read(event_time_ms: Option<i64>, values: Vec<Option<Vec<u8>>>) -> Self {
         Self {
             event_time_ms,
             values: FoundValues::Asked(values),
@@ -300,8 +299,7 @@ impl OnlineReader {
                             .next()
                             .flatten()
                             .and_then(|raw| lookup.view.event_time(&raw));
-                        let mut values: Vec<Option<Bytes>> =
-                            values.map(|v| v.map(Bytes::from)).collect();
+                        let mut values: Vec<Option<Vec<u8>>> = values.collect();
                         values.resize(lookup.features.len(), None);
                         Found::read(event_time_ms, values)
                     })
