@@ -57,7 +57,7 @@ def project(store, port):
   admin_url: {os.environ.get('PULSAR_ADMIN_URL', 'http://127.0.0.1:8080')}
 redis:
   url: {os.environ.get('REDIS_URL', 'redis://127.0.0.1:6379')}
-offline:
+object_store:
   default_url: {store}
   options:
     aws_endpoint: {ENDPOINT}

@@ -2,7 +2,8 @@
 //! pipeline's schema, writes the newest value per entity to Redis and every row to a Delta Lake table.
 //!
 //! Data flow, one folder per role: [`source`] → [`schema`] (decode) → [`record`] →
-//! [`sink`] (redis, delta), wired by [`pipeline`]; [`config`] loads the YAML.
+//! [`sink`] (redis, delta), wired by [`pipeline`]; [`serving`] answers feature reads from
+//! Redis; [`config`] loads the YAML.
 
 pub mod cli;
 pub mod config;
@@ -14,6 +15,7 @@ pub mod record;
 pub mod retry;
 pub mod schema;
 pub mod secret;
+pub mod serving;
 pub mod sink;
 pub mod source;
 pub mod yaml;

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::PipelineConfig;
-use crate::sink::redis::OnlineReader;
+use crate::serving::FeatureReader;
 
 /// Options of `get`.
 #[derive(Debug, Args)]
@@ -46,9 +46,9 @@ pub async fn get(args: GetArgs) -> ExitCode {
         }
         entities.push(entity);
     }
-    let reader = match OnlineReader::connect(
+    let reader = match FeatureReader::connect(
         &service.redis,
-        pipelines.iter().filter_map(PipelineConfig::online_view),
+        pipelines.iter().filter_map(PipelineConfig::feature_view),
     )
     .await
     {

@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::{ConfigError, PipelineConfig, ServiceConfig};
-use crate::http::{ProbeState, Reads};
+use crate::http::ProbeState;
 use crate::metrics::Metrics;
-use crate::sink::redis::{OnlineReader, OnlineView, ReadCacheConfig};
+use crate::serving::{FeatureReader, FeatureView, ReadCache, Reads};
 
 /// Runs all pipelines until SIGTERM/SIGINT, then drains within the shutdown deadline.
 pub async fn run(args: ConfigArgs) -> ExitCode {
@@ -32,9 +32,9 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
         }
     };
     let file = ServiceConfig::file(args.config.as_deref());
-    let views: Vec<OnlineView> = pipelines
+    let views: Vec<FeatureView> = pipelines
         .iter()
-        .filter_map(PipelineConfig::online_view)
+        .filter_map(PipelineConfig::feature_view)
         .collect();
     let token = match serving_checks(&file, &service, &views) {
         Ok(token) => token,
@@ -66,7 +66,7 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
         tracing::info!("no pipeline has an online sink; feature reads are not served");
     } else if !service.serving.bind.is_empty() {
         let reads = online_reads(&service, views, &metrics);
-        match crate::http::serve_reads(
+        match crate::serving::serve_reads(
             &service.serving,
             token,
             reads,
@@ -125,13 +125,13 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
 fn serving_checks(
     file: &std::path::Path,
     service: &ServiceConfig,
-    views: &[OnlineView],
+    views: &[FeatureView],
 ) -> Result<Option<String>, ConfigError> {
-    let mut issues = crate::http::feature_service_issues(file, &service.serving, views);
+    let mut issues = crate::serving::feature_service_issues(file, &service.serving, views);
     let token = if views.is_empty() {
         None
     } else {
-        match crate::http::serving_token(file, &service.serving) {
+        match crate::serving::serving_token(file, &service.serving) {
             Ok(token) => token,
             Err(issue) => {
                 issues.push(issue);
@@ -148,12 +148,10 @@ fn serving_checks(
 
 /// The reader behind the serving listener. Redis being down at start is no reason to stop:
 /// reads answer 503 until it is back, and connect again by themselves.
-fn online_reads(service: &ServiceConfig, views: Vec<OnlineView>, metrics: &Arc<Metrics>) -> Reads {
-    let cache = NonZeroUsize::new(service.serving.cache_entities).map(|entities| ReadCacheConfig {
-        entities,
-        metrics: metrics.clone(),
-    });
-    match OnlineReader::new(&service.redis, views, cache) {
+fn online_reads(service: &ServiceConfig, views: Vec<FeatureView>, metrics: &Arc<Metrics>) -> Reads {
+    let cache = NonZeroUsize::new(service.serving.cache_entities)
+        .map(|entities| ReadCache::new(entities, metrics));
+    match FeatureReader::new(&service.redis, views, cache) {
         Ok(reader) => Reads::Ready(Arc::new(reader)),
         Err(e) => {
             tracing::warn!(error = %e, "online reads disabled: the Redis client cannot be set up");

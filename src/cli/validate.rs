@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::{ConfigError, PipelineConfig, ServiceConfig};
 use crate::pipeline::plan_lanes;
-use crate::sink::redis::OnlineView;
+use crate::serving::FeatureView;
 use crate::source::pulsar::Delivery;
 
 /// What the pipeline's `delivery` gives and gives up, for `validate`.
@@ -21,11 +21,11 @@ pub fn validate(args: &ConfigArgs) -> ExitCode {
     match args.load() {
         Ok((service, pipelines)) => {
             let file = ServiceConfig::file(args.config.as_deref());
-            let views: Vec<OnlineView> = pipelines
+            let views: Vec<FeatureView> = pipelines
                 .iter()
-                .filter_map(PipelineConfig::online_view)
+                .filter_map(PipelineConfig::feature_view)
                 .collect();
-            let issues = crate::http::feature_service_issues(&file, &service.serving, &views);
+            let issues = crate::serving::feature_service_issues(&file, &service.serving, &views);
             if !issues.is_empty() {
                 let error = ConfigError { issues };
                 print_config_error(&error);
@@ -33,7 +33,7 @@ pub fn validate(args: &ConfigArgs) -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG);
             }
             // Without online views nothing is served, so an open bind exposes nothing.
-            let warning = crate::http::unguarded_warning(&file, &service.serving);
+            let warning = crate::serving::unguarded_warning(&file, &service.serving);
             if let Some(warning) = warning.filter(|_| !views.is_empty()) {
                 eprintln!("warning: {warning}");
             }

@@ -10,6 +10,4 @@ pub use crate::yaml::{
     issue_at, parse_yaml, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned,
 };
 pub use pipeline::{load_pipelines, FeatureSelection, PipelineConfig, PipelineFile};
-pub use service::{
-    is_loopback_bind, ServiceConfig, ServingConfig, EMBEDDED_DEFAULT_SERVICE_CONFIG,
-};
+pub use service::{ServiceConfig, EMBEDDED_DEFAULT_SERVICE_CONFIG};

@@ -9,8 +9,9 @@ use super::ServiceConfig;
 use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned};
 use crate::record::RowLayout;
 use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
-use crate::sink::delta::OfflineSinkConfig;
-use crate::sink::redis::{overlapping_key_spaces, OnlineSinkConfig, OnlineView};
+use crate::serving::FeatureView;
+use crate::sink::delta::DeltaSinkConfig;
+use crate::sink::redis::{overlapping_key_spaces, RedisSinkConfig};
 use crate::sink::{PipelineShape, SinkBuilder, SinkSection};
 use crate::source::pulsar::PulsarSourceConfig;
 
@@ -90,9 +91,9 @@ macro_rules! sinks {
 
 sinks! {
     /// The Redis online sink; absent or `enabled: false` turns it off.
-    online: OnlineSinkConfig => redis,
+    online: RedisSinkConfig => redis,
     /// The offline sink (a Delta table); absent or `enabled: false` turns it off.
-    offline: OfflineSinkConfig => offline,
+    offline: DeltaSinkConfig => object_store,
 }
 
 /// The schema a pipeline expects, and how it treats other writer versions.
@@ -178,10 +179,10 @@ impl PipelineConfig {
     }
 
     /// How readers see this pipeline's online features; `None` without an online sink.
-    pub fn online_view(&self) -> Option<OnlineView> {
+    pub fn feature_view(&self) -> Option<FeatureView> {
         let online = self.sinks.online.as_ref()?;
         let types = crate::schema::arrow_schema_of_reader(&self.schema).unwrap_or_default();
-        Some(OnlineView::new(
+        Some(FeatureView::new(
             &self.name,
             online,
             &self.entity_keys,

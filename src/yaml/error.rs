@@ -1,7 +1,7 @@
 //! Configuration errors that point at the file, line and key at fault.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One problem found in a configuration or schema file.
 ///
@@ -16,6 +16,19 @@ pub struct ConfigIssue {
     pub key: Option<String>,
     /// What is wrong and, where possible, what to do.
     pub message: String,
+}
+
+impl ConfigIssue {
+    /// A problem with key `key` of `file` whose line is not known (a check across keys, or
+    /// of a value after interpolation).
+    pub fn at_key(file: &Path, key: &str, message: impl Into<String>) -> Self {
+        Self {
+            file: file.to_path_buf(),
+            line: None,
+            key: Some(key.to_string()),
+            message: message.into(),
+        }
+    }
 }
 
 impl fmt::Display for ConfigIssue {

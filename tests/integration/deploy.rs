@@ -143,7 +143,7 @@ print(json.dumps({"kinds": kinds, "args": sidecar["args"], "live": sidecar["live
         found["compose_binds"],
         serde_json::json!(["0.0.0.0:9464", "127.0.0.1:6566"])
     );
-    assert!(feature_connector::config::is_loopback_bind(
+    assert!(feature_connector::serving::is_loopback_bind(
         found["binds"][1].as_str().unwrap_or_default()
     ));
 

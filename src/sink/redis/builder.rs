@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::{OnlineSinkConfig, RedisClient, RedisProbe, RedisServiceConfig, RedisSink};
+use super::{RedisClient, RedisProbe, RedisServiceConfig, RedisSink, RedisSinkConfig};
 use crate::sink::{Sink, SinkBuilder, SinkContext, SinkError};
 
 /// The online sink of one pipeline, with the service's Redis settings.
@@ -11,7 +11,7 @@ pub struct RedisSinkBuilder {
     /// Where Redis is and how to log in.
     pub service: RedisServiceConfig,
     /// The pipeline's `online:` section.
-    pub config: OnlineSinkConfig,
+    pub config: RedisSinkConfig,
 }
 
 #[async_trait]

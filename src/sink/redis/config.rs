@@ -31,7 +31,7 @@ fn default_response_timeout() -> Duration {
 /// The online sink of a pipeline (pipeline file, `online:`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OnlineSinkConfig {
+pub struct RedisSinkConfig {
     /// `false` turns the online sink off.
     #[serde(default = "default_true")]
     pub enabled: bool,

@@ -2,11 +2,11 @@
 
 use std::path::Path;
 
-use super::{feast_supports, LayoutKind, OnlineSinkConfig, RedisServiceConfig, RedisSinkBuilder};
+use super::{feast_supports, LayoutKind, RedisServiceConfig, RedisSinkBuilder, RedisSinkConfig};
 use crate::sink::{PipelineShape, SinkBuilder, SinkSection};
 use crate::yaml::ConfigIssue;
 
-impl SinkSection for OnlineSinkConfig {
+impl SinkSection for RedisSinkConfig {
     type Service = RedisServiceConfig;
 
     fn enabled(&self) -> bool {
@@ -74,7 +74,7 @@ impl SinkSection for OnlineSinkConfig {
 /// could be the same Redis keys (one key space starting with the other, e.g. prefix `fc:a` +
 /// pipeline `b` and prefix `fc` + pipeline `a` with an entity `b:…`): each would overwrite
 /// the other.
-pub fn overlapping_key_spaces(pipelines: &[(&str, &Path, &OnlineSinkConfig)]) -> Vec<ConfigIssue> {
+pub fn overlapping_key_spaces(pipelines: &[(&str, &Path, &RedisSinkConfig)]) -> Vec<ConfigIssue> {
     let spaces: Vec<(&str, &Path, String)> = pipelines
         .iter()
         .filter(|(_, _, online)| online.layout == LayoutKind::Native)

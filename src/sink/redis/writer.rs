@@ -11,7 +11,7 @@ use super::calls::ScriptCalls;
 use super::feast::FeastLayout;
 use super::layout::{Layout, NativeLayout};
 use super::{LayoutKind, RedisClient, RedisConnection};
-use super::{OnlineSinkConfig, RedisServiceConfig};
+use super::{RedisServiceConfig, RedisSinkConfig};
 use crate::record::{RowBatch, RowLayout};
 use crate::retry::Backoff;
 use crate::sink::{Sink, SinkError};
@@ -137,7 +137,7 @@ impl RedisSink {
     /// Connects (once, to fail fast on a wrong URL or password) and prepares the script.
     pub async fn connect(
         service: &RedisServiceConfig,
-        config: &OnlineSinkConfig,
+        config: &RedisSinkConfig,
         view: &str,
         rows: RowLayout,
         cancel: CancellationToken,

@@ -1,5 +1,5 @@
-//! Entities' Redis replies kept in memory by the reader (`serving.cache_entities`), each
-//! dropped the moment Redis says its key changed.
+//! The read cache's rows: entities' Redis replies kept in memory (`serving.cache_entities`),
+//! each dropped the moment Redis says its key changed.
 //!
 //! The reader's connection speaks RESP3 with `CLIENT TRACKING ON`: Redis remembers the keys
 //! the connection read and pushes an invalidation on it when any client changes one (a
@@ -20,8 +20,8 @@ use lru::LruCache;
 use prometheus_client::metrics::counter::Counter;
 use rustc_hash::FxBuildHasher;
 
-use super::rendered::FeastJson;
-use super::view::OnlineView;
+use crate::serving::feast::FeastJson;
+use crate::serving::FeatureView;
 
 /// Invalidations remembered key by key; a read that saw more of them since it was sent is
 /// not kept at all.
@@ -90,7 +90,7 @@ impl CachedRow {
     }
 
     /// The row in Feast's JSON (`view` is the row's own), worked out on the first call.
-    pub fn feast_json(&self, view: &OnlineView) -> &FeastJson {
+    pub fn feast_json(&self, view: &FeatureView) -> &FeastJson {
         self.feast.get_or_init(|| FeastJson::of(self, view))
     }
 }
@@ -99,7 +99,7 @@ impl CachedRow {
 type KeyRows = Vec<(u32, Arc<CachedRow>)>;
 
 /// Rows of entities by Redis key, at most `capacity` keys, least recently read dropped first.
-pub struct EntityCache {
+pub struct Rows {
     state: Mutex<State>,
     invalidations: Counter,
 }
@@ -149,7 +149,7 @@ impl State {
     }
 }
 
-impl EntityCache {
+impl Rows {
     /// An empty cache of at most `capacity` keys; `invalidations` counts the rows dropped
     /// because Redis said they changed or the cache was cleared.
     pub fn new(capacity: NonZeroUsize, invalidations: Counter) -> Self {
@@ -171,7 +171,7 @@ impl EntityCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The epoch to note before sending a read whose replies go to [`EntityCache::insert`].
+    /// The epoch to note before sending a read whose replies go to [`Rows::insert`].
     pub fn epoch(&self) -> u64 {
         self.state().epoch
     }
@@ -270,14 +270,14 @@ mod tests {
         Arc::new(CachedRow::new(Some(1), [Some(value.to_vec())], None))
     }
 
-    fn cache(capacity: usize) -> EntityCache {
-        EntityCache::new(
+    fn cache(capacity: usize) -> Rows {
+        Rows::new(
             NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
             Counter::default(),
         )
     }
 
-    fn value(cache: &EntityCache, key: &[u8], view: u32) -> Option<Vec<u8>> {
+    fn value(cache: &Rows, key: &[u8], view: u32) -> Option<Vec<u8>> {
         cache
             .get(key, view, Instant::now())
             .and_then(|row| row.value(0).map(<[u8]>::to_vec))

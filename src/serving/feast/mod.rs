@@ -1,6 +1,7 @@
 //! Feast's feature-server API, `POST /get-online-features`, over both Redis layouts: a
 //! Feast client moves to this server by pointing its `remote` online store here.
 
+mod json;
 mod request;
 mod response;
 #[cfg(test)]
@@ -12,7 +13,8 @@ use axum::response::{IntoResponse, Response};
 
 use super::body::read_json;
 use super::error::ApiError;
-use super::serving::ServingState;
+use super::server::ServingState;
+pub use json::FeastJson;
 pub use request::OnlineFeaturesRequest;
 pub use response::OnlineFeaturesResponse;
 

@@ -7,21 +7,21 @@ use std::time::Duration;
 use arrow::datatypes::DataType;
 use serde_json::{json, Value};
 
+use super::json::feast_timestamp as timestamp;
 use super::request::{plan, OnlineFeaturesRequest};
 use super::response::build;
-use crate::config::ServingConfig;
-use crate::http::feature_service_issues;
-use crate::sink::redis::{
-    feast_timestamp as timestamp, CachedRow, Found, LayoutKind, OnlineView, QueryError,
+use crate::serving::{
+    feature_service_issues, CachedRow, FeatureView, Found, QueryError, ServingConfig,
 };
+use crate::sink::redis::LayoutKind;
 
-fn view(name: &str, keys: &[(&str, DataType)], features: &[(&str, DataType)]) -> OnlineView {
+fn view(name: &str, keys: &[(&str, DataType)], features: &[(&str, DataType)]) -> FeatureView {
     let own = |list: &[(&str, DataType)]| {
         list.iter()
             .map(|(n, t)| ((*n).to_string(), t.clone()))
             .collect()
     };
-    OnlineView {
+    FeatureView {
         name: name.into(),
         prefix: "fc".into(),
         keys: own(keys),
@@ -32,7 +32,7 @@ fn view(name: &str, keys: &[(&str, DataType)], features: &[(&str, DataType)]) ->
     }
 }
 
-fn views() -> Vec<OnlineView> {
+fn views() -> Vec<FeatureView> {
     vec![
         view(
             "users",
@@ -51,7 +51,9 @@ fn request(body: Value) -> OnlineFeaturesRequest {
     serde_json::from_value(body).unwrap()
 }
 
-fn lookup<'v>(views: &'v [OnlineView]) -> impl Fn(&str) -> Result<&'v OnlineView, QueryError> + 'v {
+fn lookup<'v>(
+    views: &'v [FeatureView],
+) -> impl Fn(&str) -> Result<&'v FeatureView, QueryError> + 'v {
     move |name| {
         views
             .iter()

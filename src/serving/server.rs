@@ -13,16 +13,14 @@ use tokio_util::sync::CancellationToken;
 use super::body::BodyLimits;
 use super::error::{self, ApiError};
 use super::guard::{self, Guard};
-use super::listener::{self, ConnectionLimits, HttpError};
-use super::{feast, features};
-use crate::config::ServingConfig;
+use super::{feast, v1, FeatureReader, ServingConfig};
+use crate::http::listener::{self, ConnectionLimits, HttpError};
 use crate::metrics::Metrics;
-use crate::sink::redis::OnlineReader;
 
 /// Whether online reads can be answered.
 pub enum Reads {
     /// Through this reader.
-    Ready(Arc<OnlineReader>),
+    Ready(Arc<FeatureReader>),
     /// The reader could not start (why).
     Unavailable(String),
 }
@@ -54,7 +52,7 @@ impl ServingState {
     }
 
     /// The reader, or why reads cannot be answered.
-    pub fn reader(&self) -> Result<&OnlineReader, ApiError> {
+    pub fn reader(&self) -> Result<&FeatureReader, ApiError> {
         match self.reads.as_ref() {
             Reads::Ready(reader) => Ok(reader),
             Reads::Unavailable(why) => Err(ApiError::Unavailable(format!(
@@ -81,7 +79,7 @@ pub fn router(state: ServingState, guard: Guard) -> Router {
         .route("/get-online-features", post(feast::get_online_features))
         .route(
             "/v1/features/{view}",
-            get(features::features_get).post(features::features_post),
+            get(v1::features_get).post(v1::features_post),
         )
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::body::read_json;
 use super::error::ApiError;
-use super::serving::ServingState;
+use super::server::ServingState;
 
 /// `GET /v1/features/{view}?key=v…`: one object for one entity, `{"results": […]}` for
 /// several.

@@ -10,9 +10,8 @@ use arrow::datatypes::DataType;
 use base64::Engine;
 use serde_json::Value;
 
-use super::feast::decode_value;
-use super::feast_proto::decode_value_with;
-use super::LayoutKind;
+use crate::sink::redis::feast::{decode_value, decode_value_with};
+use crate::sink::redis::LayoutKind;
 
 /// Which JSON shape values take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

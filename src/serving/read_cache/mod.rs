@@ -1,5 +1,5 @@
-//! Reads through the entity cache (`serving.cache_entities`): entities whose rows the
-//! cache holds are answered from memory, the others read in one round trip (every feature
+//! The read cache (`serving.cache_entities`): entities whose rows the cache holds are
+//! answered from memory, the others read in one round trip (every feature
 //! of the view and the key's expiry, so that the row serves any later request) and kept.
 //!
 //! Only a single Redis server: client tracking belongs to one server connection, and the
@@ -7,29 +7,34 @@
 //! emptied whenever that connection is replaced or drops, since what changed meanwhile was
 //! told to nobody.
 
+mod rows;
+
 use std::borrow::Cow;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use redis::{PushKind, Value};
 
-use super::cache::{CachedRow, EntityCache};
-use super::reader::{Found, Lookup, OnlineReader, QueryError, ReadCacheConfig};
-use super::{RedisClient, RedisConnection};
-use crate::metrics::CacheLabels;
+pub use rows::CachedRow;
+use rows::Rows;
 
-/// The reader's cache and its counters.
-pub struct ReaderCache {
-    rows: Arc<EntityCache>,
+use super::reader::{FeatureReader, Found, Lookup, QueryError};
+use crate::metrics::{CacheLabels, Metrics};
+use crate::sink::redis::{RedisClient, RedisConnection};
+
+/// The read cache: entities' rows, at most a given number of Redis keys, and its counters
+/// (`serving_cache_*`).
+pub struct ReadCache {
+    rows: Arc<Rows>,
     hits: Counter,
     misses: Counter,
 }
 
-impl ReaderCache {
-    /// An empty cache as `config` says.
-    pub fn new(config: ReadCacheConfig) -> Self {
-        let metrics = config.metrics;
+impl ReadCache {
+    /// An empty cache of at most `entities` Redis keys, counting into `metrics`.
+    pub fn new(entities: NonZeroUsize, metrics: &Metrics) -> Self {
         let reads = |outcome| {
             metrics
                 .serving_cache_reads
@@ -37,8 +42,8 @@ impl ReaderCache {
                 .clone()
         };
         Self {
-            rows: Arc::new(EntityCache::new(
-                config.entities,
+            rows: Arc::new(Rows::new(
+                entities,
                 metrics.serving_cache_invalidations.clone(),
             )),
             hits: reads("hit"),
@@ -82,24 +87,25 @@ enum Source {
     },
 }
 
-impl OnlineReader {
-    /// [`OnlineReader::lookup`] through `cache`.
-    pub(super) async fn lookup_cached(
+impl ReadCache {
+    /// [`FeatureReader::lookup`] through the cache: `reader`'s connection, which must be
+    /// one made by [`ReadCache::connect`].
+    pub(super) async fn lookup(
         &self,
-        cache: &ReaderCache,
+        reader: &FeatureReader,
         lookups: &[Lookup<'_>],
     ) -> Result<Vec<Vec<Found>>, QueryError> {
         let now = Instant::now();
         // Connect first: a new connection empties the cache, and its epoch is then the one
         // every read below is sent at.
-        let mut connection = self.connection().await?;
-        let read_at = cache.rows.epoch();
+        let mut connection = reader.connection().await?;
+        let read_at = self.rows.epoch();
         let mut commands = Vec::new();
         let mut sources = Vec::with_capacity(lookups.len());
         let (mut hits, mut misses) = (0, 0);
         for lookup in lookups {
             let view = lookup.view;
-            let fields = self.fields_of(view);
+            let fields = reader.fields_of(view);
             // Only this reader's own views have rows in the cache.
             let own = matches!(fields, Cow::Borrowed(_));
             let keys = lookup
@@ -108,8 +114,7 @@ impl OnlineReader {
                 .map(|entity| view.redis_key(entity))
                 .collect::<Result<Vec<_>, _>>()?;
             let cached = if own {
-                cache
-                    .rows
+                self.rows
                     .get_all(keys.iter().map(Vec::as_slice), fields.id, now)
             } else {
                 vec![None; keys.len()]
@@ -140,15 +145,15 @@ impl OnlineReader {
             }
             sources.push(entities);
         }
-        cache.hits.inc_by(hits);
-        cache.misses.inc_by(misses);
+        self.hits.inc_by(hits);
+        self.misses.inc_by(misses);
         let replies: Vec<Value> = if commands.is_empty() {
             Vec::new()
         } else {
             match connection.query_all(commands).await {
                 Ok(replies) => replies,
                 Err(e) => {
-                    self.forget_broken(&e).await;
+                    reader.forget_broken(&e).await;
                     return Err(e.into());
                 }
             }
@@ -162,9 +167,9 @@ impl OnlineReader {
                 let row = match source {
                     Source::Cached(row) => row,
                     Source::Read { reply, keep } => {
-                        let row = Arc::new(self.row(lookup, take(reply), take(reply + 1), now)?);
+                        let row = Arc::new(row(lookup, take(reply), take(reply + 1), now)?);
                         if let Some((key, view)) = keep {
-                            cache.rows.insert(key, view, Arc::clone(&row), read_at);
+                            self.rows.insert(key, view, Arc::clone(&row), read_at);
                         }
                         row
                     }
@@ -175,31 +180,30 @@ impl OnlineReader {
         }
         Ok(answer)
     }
+}
 
-    /// The row of an `HMGET` of every feature and the key's `PTTL`.
-    fn row(
-        &self,
-        lookup: &Lookup<'_>,
-        fields: Option<Value>,
-        ttl: Option<Value>,
-        now: Instant,
-    ) -> Result<CachedRow, QueryError> {
-        let fields: Vec<Option<Vec<u8>>> = redis::from_redis_value(fields.unwrap_or(Value::Nil))
-            .map_err(redis::RedisError::from)?;
-        let ttl_ms: i64 = ttl
-            .map(redis::from_redis_value)
-            .transpose()
-            .map_err(redis::RedisError::from)?
-            .unwrap_or(-1);
-        let mut fields = fields.into_iter();
-        let event_time_ms = fields
-            .next()
-            .flatten()
-            .and_then(|raw| lookup.view.event_time(&raw));
-        // -1: no expiry; -2: no key (its creation will be pushed as an invalidation).
-        let expires = u64::try_from(ttl_ms)
-            .ok()
-            .map(|ms| now + Duration::from_millis(ms));
-        Ok(CachedRow::new(event_time_ms, fields, expires))
-    }
+/// The row of an `HMGET` of every feature and the key's `PTTL`.
+fn row(
+    lookup: &Lookup<'_>,
+    fields: Option<Value>,
+    ttl: Option<Value>,
+    now: Instant,
+) -> Result<CachedRow, QueryError> {
+    let fields: Vec<Option<Vec<u8>>> =
+        redis::from_redis_value(fields.unwrap_or(Value::Nil)).map_err(redis::RedisError::from)?;
+    let ttl_ms: i64 = ttl
+        .map(redis::from_redis_value)
+        .transpose()
+        .map_err(redis::RedisError::from)?
+        .unwrap_or(-1);
+    let mut fields = fields.into_iter();
+    let event_time_ms = fields
+        .next()
+        .flatten()
+        .and_then(|raw| lookup.view.event_time(&raw));
+    // -1: no expiry; -2: no key (its creation will be pushed as an invalidation).
+    let expires = u64::try_from(ttl_ms)
+        .ok()
+        .map(|ms| now + Duration::from_millis(ms));
+    Ok(CachedRow::new(event_time_ms, fields, expires))
 }

@@ -20,8 +20,7 @@ use rustc_hash::FxHashSet;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::super::error::ApiError;
-use crate::sink::redis::{Lookup, OnlineView, QueryError};
+use crate::serving::{ApiError, FeatureView, Lookup, QueryError};
 
 /// The request body.
 #[derive(Debug, Deserialize)]
@@ -57,7 +56,7 @@ pub struct Plan<'a> {
 /// services; at most `max_entities` rows.
 pub fn plan<'a, 'v>(
     request: &'a OnlineFeaturesRequest,
-    view_of: impl Fn(&str) -> Result<&'v OnlineView, QueryError>,
+    view_of: impl Fn(&str) -> Result<&'v FeatureView, QueryError>,
     services: &BTreeMap<String, Vec<String>>,
     max_entities: usize,
 ) -> Result<Plan<'a>, ApiError>
@@ -83,7 +82,7 @@ where
             }
         };
         let plan = &mut views[position];
-        let view: &'a OnlineView = plan.view;
+        let view: &'a FeatureView = plan.view;
         let wanted = match feature {
             Some(feature) => {
                 let index = view.feature_index(feature)?;
@@ -198,7 +197,7 @@ fn entity_rows(entities: &BTreeMap<String, Vec<Value>>, max: usize) -> Result<us
 /// Per row, the view's join key values as the text its Redis keys are built from, each
 /// checked against the key's type.
 fn entity_keys(
-    view: &OnlineView,
+    view: &FeatureView,
     entities: &BTreeMap<String, Vec<Value>>,
     rows: usize,
 ) -> Result<Vec<Vec<String>>, ApiError> {
@@ -228,7 +227,7 @@ fn entity_keys(
 /// One join key value as text, if it is of the key's type: a JSON string for a string key,
 /// a JSON integer in range for an integer key.
 fn key_text(
-    view: &OnlineView,
+    view: &FeatureView,
     key: &str,
     data_type: &DataType,
     value: &Value,

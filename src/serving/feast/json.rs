@@ -8,9 +8,7 @@ use std::fmt::Write;
 use chrono::SecondsFormat;
 use serde_json::Value;
 
-use super::cache::CachedRow;
-use super::values::ValueStyle;
-use super::view::OnlineView;
+use crate::serving::{CachedRow, FeatureView, ValueStyle};
 
 /// The timestamp Feast gives join key columns and entities not found.
 pub const FEAST_EPOCH: &str = "1970-01-01T00:00:00Z";
@@ -41,7 +39,7 @@ pub struct FeastJson {
 
 impl FeastJson {
     /// `row` (of `view`) in Feast's JSON.
-    pub(super) fn of(row: &CachedRow, view: &OnlineView) -> Self {
+    pub(crate) fn of(row: &CachedRow, view: &FeatureView) -> Self {
         let mut text = String::new();
         let ends = (0..row.features())
             .map(|feature| {

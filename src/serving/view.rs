@@ -6,15 +6,13 @@ use std::time::Duration;
 use arrow::datatypes::DataType;
 use serde_json::Value;
 
-use super::feast;
-use super::layout::{entity_key, EVENT_TIME_FIELD};
 use super::reader::QueryError;
 use super::values::{decode, ValueStyle};
-use super::LayoutKind;
+use crate::sink::redis::{entity_key, feast, LayoutKind, RedisSinkConfig, EVENT_TIME_FIELD};
 
 /// One pipeline's online features as readers see them.
 #[derive(Debug, Clone)]
-pub struct OnlineView {
+pub struct FeatureView {
     /// The view's name (the pipeline's).
     pub name: String,
     /// Key prefix of the native layout.
@@ -32,12 +30,12 @@ pub struct OnlineView {
     pub ttl: Option<Duration>,
 }
 
-impl OnlineView {
+impl FeatureView {
     /// The view of pipeline `name` written by the sink `online`; `types` gives each column's
     /// Arrow type (a column not in it reads as a string).
     pub fn new(
         name: &str,
-        online: &super::OnlineSinkConfig,
+        online: &RedisSinkConfig,
         keys: &[String],
         features: &[String],
         types: &[(String, DataType)],
@@ -68,7 +66,7 @@ impl OnlineView {
         }
     }
 
-    /// The position of feature `name` in [`OnlineView::features`].
+    /// The position of feature `name` in [`FeatureView::features`].
     pub fn feature_index(&self, name: &str) -> Result<usize, QueryError> {
         self.features
             .iter()
@@ -85,7 +83,7 @@ impl OnlineView {
         names.join(", ")
     }
 
-    /// Feature `feature` (an index into [`OnlineView::features`]) stored as `raw`, as JSON.
+    /// Feature `feature` (an index into [`FeatureView::features`]) stored as `raw`, as JSON.
     pub fn decode(&self, feature: usize, raw: &[u8], style: ValueStyle) -> Value {
         let data_type = self
             .features

@@ -25,8 +25,9 @@ use std::rc::Rc;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::json::{feast_timestamp, FEAST_EPOCH};
 use super::request::{output_name, Plan};
-use crate::sink::redis::{feast_timestamp, Found, ValueStyle, FEAST_EPOCH};
+use crate::serving::{Found, ValueStyle};
 
 /// The answer, borrowing from the plan and from what Redis held.
 #[derive(Debug)]

@@ -5,18 +5,15 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::cache::CachedRow;
-use super::cached_reads::ReaderCache;
-use super::rendered::FeastJson;
+use super::feast::FeastJson;
+use super::read_cache::{CachedRow, ReadCache};
 use super::values::ValueStyle;
-use super::view::OnlineView;
-use super::{RedisClient, RedisConnection, RedisServiceConfig};
-use crate::metrics::Metrics;
+use super::view::FeatureView;
+use crate::sink::redis::{RedisClient, RedisConnection, RedisServiceConfig, RedisSetupError};
 
 /// A query that cannot be answered.
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +49,7 @@ pub enum QueryError {
     },
     /// The Redis client could not be set up.
     #[error(transparent)]
-    Setup(#[from] super::RedisSetupError),
+    Setup(#[from] RedisSetupError),
     /// Redis failed.
     #[error("Redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -69,7 +66,7 @@ impl QueryError {
 #[derive(Debug, Clone)]
 pub struct Lookup<'a> {
     /// The view.
-    pub view: &'a OnlineView,
+    pub view: &'a FeatureView,
     /// Indices into the view's features, in the order the answer gives them.
     pub features: Vec<usize>,
     /// Per entity, its join key values as text, in the view's key order.
@@ -123,7 +120,7 @@ impl Found {
 
     /// The entity's row in Feast's JSON, when it came from the cache (`view` is the
     /// lookup's): written once per row, copied by every answer after.
-    pub fn feast_json(&self, view: &OnlineView) -> Option<&FeastJson> {
+    pub fn feast_json(&self, view: &FeatureView) -> Option<&FeastJson> {
         match &self.values {
             FoundValues::Asked(_) => None,
             FoundValues::Cached(row) => Some(row.feast_json(view)),
@@ -131,25 +128,17 @@ impl Found {
     }
 }
 
-/// The reader's cache of entities' rows: its size, and where its counts go.
-pub struct ReadCacheConfig {
-    /// Most entities (Redis keys) kept.
-    pub entities: NonZeroUsize,
-    /// `serving_cache_*` counters.
-    pub metrics: Arc<Metrics>,
-}
-
 /// Reads feature values of online pipelines, in either layout.
-pub struct OnlineReader {
+pub struct FeatureReader {
     client: RedisClient,
     /// The connection every read shares; dropped when it fails, so that the next read
     /// connects again (Redis restarted, or was down when the reader was made).
     connection: tokio::sync::Mutex<Option<RedisConnection>>,
-    views: HashMap<String, OnlineView>,
+    views: HashMap<String, FeatureView>,
     /// Per view, its hash fields: worked out once (a Feast field name is a hash).
     fields: HashMap<String, ViewFields>,
     /// Entities' rows kept in memory (`serving.cache_entities`).
-    cache: Option<ReaderCache>,
+    cache: Option<ReadCache>,
 }
 
 /// A view's hash fields.
@@ -159,12 +148,12 @@ pub(super) struct ViewFields {
     pub(super) id: u32,
     /// The event time's.
     pub(super) time: Vec<u8>,
-    /// Each feature's, by index into [`OnlineView::features`].
+    /// Each feature's, by index into [`FeatureView::features`].
     pub(super) features: Vec<Vec<u8>>,
 }
 
 impl ViewFields {
-    fn of(view: &OnlineView, id: u32) -> Self {
+    fn of(view: &FeatureView, id: u32) -> Self {
         Self {
             id,
             time: view.time_field(),
@@ -175,20 +164,20 @@ impl ViewFields {
     }
 }
 
-impl OnlineReader {
+impl FeatureReader {
     /// A reader for the `views` given that connects on its first read; with `cache`, it
     /// keeps entities' replies in memory until Redis says they changed (one server only:
-    /// see [`super::cached_reads`]).
+    /// see [`super::read_cache`]).
     pub fn new(
         service: &RedisServiceConfig,
-        views: impl IntoIterator<Item = OnlineView>,
-        cache: Option<ReadCacheConfig>,
+        views: impl IntoIterator<Item = FeatureView>,
+        cache: Option<ReadCache>,
     ) -> Result<Self, QueryError> {
         let client = match cache {
             Some(_) => RedisClient::open_tracking(service)?,
             None => RedisClient::open(service)?,
         };
-        let views: HashMap<String, OnlineView> = views
+        let views: HashMap<String, FeatureView> = views
             .into_iter()
             .map(|view| (view.name.clone(), view))
             .collect();
@@ -202,15 +191,15 @@ impl OnlineReader {
             connection: tokio::sync::Mutex::new(None),
             views,
             fields,
-            cache: cache.map(ReaderCache::new),
+            cache,
         })
     }
 
-    /// Like [`OnlineReader::new`], connected now (so that a wrong URL or password shows
+    /// Like [`FeatureReader::new`], connected now (so that a wrong URL or password shows
     /// at once).
     pub async fn connect(
         service: &RedisServiceConfig,
-        views: impl IntoIterator<Item = OnlineView>,
+        views: impl IntoIterator<Item = FeatureView>,
     ) -> Result<Self, QueryError> {
         let reader = Self::new(service, views, None)?;
         reader.connection().await?;
@@ -231,7 +220,7 @@ impl OnlineReader {
     }
 
     /// The online view `name`.
-    pub fn view(&self, name: &str) -> Result<&OnlineView, QueryError> {
+    pub fn view(&self, name: &str) -> Result<&FeatureView, QueryError> {
         self.views
             .get(name)
             .ok_or_else(|| QueryError::UnknownView(name.to_string()))
@@ -239,7 +228,7 @@ impl OnlineReader {
 
     /// The fields of `view`: worked out once for this reader's own views (borrowed), now
     /// for another (a caller's own).
-    pub(super) fn fields_of<'v>(&'v self, view: &OnlineView) -> Cow<'v, ViewFields> {
+    pub(super) fn fields_of<'v>(&'v self, view: &FeatureView) -> Cow<'v, ViewFields> {
         match self.fields.get(&view.name) {
             Some(fields)
                 if self
@@ -264,7 +253,7 @@ impl OnlineReader {
     /// entity, per lookup, in order.
     pub async fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Vec<Found>>, QueryError> {
         if let Some(cache) = &self.cache {
-            return self.lookup_cached(cache, lookups).await;
+            return cache.lookup(self, lookups).await;
         }
         let mut commands = Vec::with_capacity(lookups.iter().map(|l| l.entities.len()).sum());
         for lookup in lookups {

@@ -1,0 +1,37 @@
+//! Feature reads: everything that answers what the online store holds.
+//!
+//! - [`FeatureReader`] reads feature views from Redis (one pipelined round trip per
+//!   request), optionally through the [`ReadCache`] that Redis keeps right by client
+//!   tracking; `feature-connector get` uses it directly.
+//! - The serving listener (`serving.bind`, [`serve_reads`]) answers Feast's
+//!   `POST /get-online-features` ([`feast`]) and `/v1/features/{view}` ([`v1`]) behind the
+//!   [`guard`] (bearer token, request slots) and the body limits ([`body`]).
+//! - [`ServingConfig`] is the service file's `serving:` section with its checks.
+//!
+//! Serving reads the store the Redis sink writes: connection, key encoding and layouts come
+//! from [`crate::sink::redis`]; no sink knows an HTTP answer format. The listener itself and
+//! the JSON error body are [`crate::http`]'s.
+
+mod body;
+mod config;
+mod error;
+pub mod feast;
+mod guard;
+mod read_cache;
+mod reader;
+mod server;
+pub mod v1;
+mod values;
+mod view;
+
+pub use config::{
+    feature_service_issues, is_loopback_bind, serving_token, unguarded_warning, ServingConfig,
+};
+pub use error::ApiError;
+pub use feast::{OnlineFeaturesRequest, OnlineFeaturesResponse};
+pub use guard::Guard;
+pub use read_cache::{CachedRow, ReadCache};
+pub use reader::{FeatureReader, Found, Lookup, QueryError};
+pub use server::{router, serve_reads, Reads, ServingState};
+pub use values::ValueStyle;
+pub use view::FeatureView;
