@@ -16,7 +16,7 @@ use std::time::Instant;
 use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use feature_connector::record::RowBatch;
-use feature_connector::sink::delta::{DeltaSink, OfflineSinkConfig, OfflineStore, TableSpec};
+use feature_connector::sink::delta::{DeltaSink, DeltaSinkConfig, TableRoot, TableSpec};
 use feature_connector::sink::Sink;
 use feature_connector::source::MessagePosition;
 use tokio_util::sync::CancellationToken;
@@ -58,9 +58,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Field::new("event_time", DataType::Int64, false),
         Field::new("value", DataType::Float64, false),
     ]));
-    let config: OfflineSinkConfig =
+    let config: DeltaSinkConfig =
         serde_saphyr::from_str(&format!("rollover_rows: {rows}\nrollover_interval: 1h\n"))?;
-    let store = OfflineStore::open(&store_url, Path::new("."), &options)?;
+    let store = TableRoot::open(&store_url, Path::new("."), &options)?;
     let spec = TableSpec::new(&store, &pipeline, &schema, "event_time", &config)?;
     let mut sink = DeltaSink::new(spec, config, None, CancellationToken::new());
     sink.start().await?;

@@ -10,8 +10,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{ConfigArgs, EXIT_CONFIG};
 use crate::config::{PipelineConfig, ServiceConfig};
+use crate::sink::delta::ops::{self, plan_compaction};
 use crate::sink::delta::{
-    plan_compaction, writer_properties, FileCount, OfflineStore, OfflineTable, TableSpec,
+    metadata_keys, writer_properties, FileCount, Table, TableRoot, TableSpec,
 };
 
 /// Options of `offline`.
@@ -142,16 +143,18 @@ async fn open(
     service: &ServiceConfig,
     pipeline: &PipelineConfig,
     config: &ConfigArgs,
-) -> anyhow::Result<OfflineTable> {
+) -> anyhow::Result<Table> {
     let url = pipeline
         .sinks
         .offline
         .as_ref()
         .and_then(|o| o.url.as_ref())
-        .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
-    let store = OfflineStore::open(url, config.root(), &service.offline.options)?;
+        .map_or(service.object_store.default_url.as_str(), |u| {
+            u.value.as_str()
+        });
+    let store = TableRoot::open(url, config.root(), &service.object_store.options)?;
     let location = store.table(&pipeline.name)?;
-    Ok(OfflineTable::open_existing(location).await?)
+    Ok(Table::open_existing(location).await?)
 }
 
 fn describe(count: FileCount) -> String {
@@ -174,8 +177,8 @@ fn bar(total: usize, what: &str) -> ProgressBar {
 }
 
 async fn compact(
-    table: &mut OfflineTable,
-    offline: &crate::sink::delta::OfflineSinkConfig,
+    table: &mut Table,
+    offline: &crate::sink::delta::DeltaSinkConfig,
     older_than: Duration,
     target_bytes: u64,
 ) -> anyhow::Result<()> {
@@ -200,17 +203,13 @@ async fn compact(
     }
     let properties = writer_properties(
         offline,
-        vec![(
-            crate::sink::delta::metadata_keys::PIPELINE.to_string(),
-            "compacted".to_string(),
-        )],
+        vec![(metadata_keys::PIPELINE.to_string(), "compacted".to_string())],
     )?;
     let progress = bar(rewritten, "compacting");
-    let version = table
-        .compact(&groups, properties, |done| {
-            progress.set_position(done as u64)
-        })
-        .await?;
+    let version = ops::compact(table, &groups, properties, |done| {
+        progress.set_position(done as u64)
+    })
+    .await?;
     progress.finish_and_clear();
     let after = FileCount::of(&table.active_files().await?);
     println!(
@@ -221,7 +220,7 @@ async fn compact(
     Ok(())
 }
 
-async fn vacuum(table: &mut OfflineTable, retain: Duration, dry_run: bool) -> anyhow::Result<()> {
+async fn vacuum(table: &mut Table, retain: Duration, dry_run: bool) -> anyhow::Result<()> {
     let before = table.stored_files().await?;
     let active = FileCount::of(&table.active_files().await?);
     println!(
@@ -233,7 +232,7 @@ async fn vacuum(table: &mut OfflineTable, retain: Duration, dry_run: bool) -> an
     );
     let progress = bar(0, "vacuuming");
     progress.enable_steady_tick(Duration::from_millis(200));
-    let deleted = table.vacuum(retain, dry_run).await?;
+    let deleted = ops::vacuum(table, retain, dry_run).await?;
     progress.finish_and_clear();
     if dry_run {
         for path in &deleted {
@@ -256,13 +255,15 @@ async fn upgrade(
     service: &ServiceConfig,
     pipeline: &PipelineConfig,
     config: &ConfigArgs,
-    offline: &crate::sink::delta::OfflineSinkConfig,
+    offline: &crate::sink::delta::DeltaSinkConfig,
 ) -> anyhow::Result<()> {
     let url = offline
         .url
         .as_ref()
-        .map_or(service.offline.default_url.as_str(), |u| u.value.as_str());
-    let store = OfflineStore::open(url, config.root(), &service.offline.options)?;
+        .map_or(service.object_store.default_url.as_str(), |u| {
+            u.value.as_str()
+        });
+    let store = TableRoot::open(url, config.root(), &service.object_store.options)?;
     let decoder = crate::schema::PayloadDecoder::new(
         pipeline.decoder_spec(),
         crate::schema::SchemaRegistry::new(service.pulsar.admin()?),
@@ -272,18 +273,14 @@ async fn upgrade(
     let spec = TableSpec::new(&store, &pipeline.name, &rows, &pipeline.event_time, offline)?;
     let properties = writer_properties(
         offline,
-        vec![(
-            crate::sink::delta::metadata_keys::PIPELINE.to_string(),
-            pipeline.name.clone(),
-        )],
+        vec![(metadata_keys::PIPELINE.to_string(), pipeline.name.clone())],
     )?;
     let progress = bar(0, "reading");
-    let report = spec
-        .upgrade(properties, |done, total| {
-            progress.set_length(total as u64);
-            progress.set_position(done as u64);
-        })
-        .await?;
+    let report = ops::upgrade(&spec, properties, |done, total| {
+        progress.set_length(total as u64);
+        progress.set_position(done as u64);
+    })
+    .await?;
     progress.finish_and_clear();
     println!(
         "{}: {} old-format files ({} bytes): {} rows converted{}, {} old files deleted, {} files of incomplete batches left for `offline vacuum`",

@@ -96,7 +96,7 @@ pub async fn backfill(
         cancel: cancel.clone(),
     };
     let builder = DeltaSinkBuilder {
-        service: service.offline.clone(),
+        service: service.object_store.clone(),
         config: offline,
         // A range that starts after what the table holds must not claim the messages before it.
         gap_grace: Some(Duration::MAX),

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    DeltaSink, ObjectStoreProbe, ObjectStoreServiceConfig, OfflineSinkConfig, OfflineStore,
-    OfflineTable, TableError, TableSpec,
+    DeltaSink, DeltaSinkConfig, ObjectStoreProbe, ObjectStoreServiceConfig, Table, TableError,
+    TableRoot, TableSpec,
 };
 use crate::sink::{Sink, SinkBuilder, SinkContext, SinkError};
 use crate::source::AckMode;
@@ -18,7 +18,7 @@ pub struct DeltaSinkBuilder {
     /// Default URL and store options.
     pub service: ObjectStoreServiceConfig,
     /// The pipeline's `offline:` section.
-    pub config: OfflineSinkConfig,
+    pub config: DeltaSinkConfig,
     /// How long messages after a gap in a partition wait before the sink commits past it;
     /// `None` for the live default. A backfill never commits past a gap.
     pub gap_grace: Option<Duration>,
@@ -32,7 +32,7 @@ impl DeltaSinkBuilder {
             .url
             .as_ref()
             .map_or(self.service.default_url.as_str(), |u| u.value.as_str());
-        let store = OfflineStore::open(url, &context.root, &self.service.options)
+        let store = TableRoot::open(url, &context.root, &self.service.options)
             .map_err(|e| SinkError::fatal_from("offline store", e))?
             .counted(&context.metrics, &context.pipeline);
         TableSpec::new(
@@ -77,7 +77,7 @@ impl SinkBuilder for DeltaSinkBuilder {
     }
 }
 
-async fn open_at_start(spec: &TableSpec) -> Result<Option<OfflineTable>, SinkError> {
+async fn open_at_start(spec: &TableSpec) -> Result<Option<Table>, SinkError> {
     match spec.open().await {
         Ok((table, opened)) => {
             tracing::info!(table = %table.url(), version = table.version(), ?opened, "offline table ready");

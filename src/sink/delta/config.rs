@@ -58,12 +58,12 @@ pub enum Granularity {
 /// The offline sink of a pipeline (pipeline file, `offline:`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OfflineSinkConfig {
+pub struct DeltaSinkConfig {
     /// `false` turns the offline sink off.
     #[serde(default = "default_true")]
     pub enabled: bool,
     /// `file://path` (relative to the project root), `s3://bucket/prefix`, `gs://…`,
-    /// `az://…`; default: the service's `offline.default_url`.
+    /// `az://…`; default: the service's `object_store.default_url`.
     #[serde(default)]
     pub url: Option<Spanned<String>>,
     /// A rollover (one commit) happens once this many rows are buffered.

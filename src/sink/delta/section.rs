@@ -3,13 +3,13 @@
 use arrow::datatypes::{DataType, Field, Schema};
 
 use super::{
-    check_store_url, desired_schema, DeltaSinkBuilder, Granularity, ObjectStoreServiceConfig,
-    OfflineSinkConfig,
+    check_store_url, desired_schema, DeltaSinkBuilder, DeltaSinkConfig, Granularity,
+    ObjectStoreServiceConfig,
 };
 use crate::sink::{PipelineShape, SinkBuilder, SinkSection};
 use crate::yaml::{issue_at, ConfigIssue};
 
-impl SinkSection for OfflineSinkConfig {
+impl SinkSection for DeltaSinkConfig {
     type Service = ObjectStoreServiceConfig;
 
     fn enabled(&self) -> bool {

@@ -86,7 +86,7 @@ impl Project {
         let http_port = free_port();
         let serving_port = free_port();
         let config = format!(
-            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\noffline:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"${{FC_HTTP_BIND:-127.0.0.1:{http_port}}}\"\nserving:\n  bind: \"${{FC_SERVING_BIND:-127.0.0.1:{serving_port}}}\"\nshutdown_timeout: 20s\n",
+            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\nobject_store:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"${{FC_HTTP_BIND:-127.0.0.1:{http_port}}}\"\nserving:\n  bind: \"${{FC_SERVING_BIND:-127.0.0.1:{serving_port}}}\"\nshutdown_timeout: 20s\n",
             pulsar_url(),
             pulsar_admin(),
             s3_endpoint()
@@ -596,12 +596,9 @@ pub async fn open_table(
     deltalake::DeltaTable,
     feature_connector::sink::delta::TableLocation,
 ) {
-    let store = feature_connector::sink::delta::OfflineStore::open(
-        store_url,
-        Path::new("/"),
-        &s3_options(),
-    )
-    .expect("offline store");
+    let store =
+        feature_connector::sink::delta::TableRoot::open(store_url, Path::new("/"), &s3_options())
+            .expect("offline store");
     let location = store.table(pipeline).expect("table location");
     let mut table = deltalake::DeltaTable::new(location.log_store.clone());
     table.load().await.expect("load the Delta table");

@@ -1,5 +1,5 @@
-//! Keeping a table healthy: compacting the small files a streaming sink makes, and deleting
-//! files no version references any more.
+//! `offline compact`: rewriting the small files a streaming sink makes in closed partitions
+//! into large ones, committed as one version readers see as no data change.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,46 +9,14 @@ use arrow::array::{new_null_array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{Schema, SchemaRef};
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Add, Remove};
-use deltalake::operations::vacuum::VacuumMode;
 use deltalake::protocol::DeltaOperation;
-use futures::TryStreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::properties::WriterProperties;
 
-use super::layout::{DATE_COLUMN, HOUR_COLUMN};
-use super::table::{OfflineTable, TableError};
-
-/// Data files and their bytes.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct FileCount {
-    /// Files.
-    pub files: usize,
-    /// Their total size.
-    pub bytes: u64,
-}
-
-impl FileCount {
-    fn add(&mut self, bytes: u64) {
-        self.files += 1;
-        self.bytes += bytes;
-    }
-}
-
-/// One active data file of the table.
-#[derive(Debug, Clone)]
-pub struct ActiveFile {
-    /// Path relative to the table.
-    pub path: String,
-    /// Bytes.
-    pub size: u64,
-    /// Partition column → value (as the log writes it).
-    pub partition: BTreeMap<String, Option<String>>,
-    /// Rows, when the file's statistics say.
-    pub rows: Option<usize>,
-    remove: Remove,
-}
+use crate::sink::delta::table::files::write_files;
+use crate::sink::delta::{ActiveFile, Table, TableError, DATE_COLUMN, HOUR_COLUMN};
 
 /// Files to be rewritten into one.
 #[derive(Debug, Clone)]
@@ -124,131 +92,67 @@ pub fn plan_compaction(
     groups
 }
 
-impl OfflineTable {
-    /// The active data files, from the table's state (every file entry is read).
-    pub async fn active_files(&self) -> Result<Vec<ActiveFile>, TableError> {
-        let table = self.load_full().await?;
-        let state = table
-            .snapshot()
-            .map_err(|e| TableError::Refused(e.to_string()))?;
-        Ok(state
-            .log_data()
-            .into_iter()
-            .map(|file| ActiveFile {
-                path: file.path().to_string(),
-                size: u64::try_from(file.size()).unwrap_or(0),
-                partition: file.partition_values_map().into_iter().collect(),
-                rows: file.num_records(),
-                remove: file.remove_action(false),
-            })
-            .collect())
-    }
-
-    /// Every data file in the table's folder (a listing: referenced or not).
-    pub async fn stored_files(&self) -> Result<FileCount, TableError> {
-        let mut count = FileCount::default();
-        let mut listing = self.store().list(None);
-        while let Some(meta) = listing.try_next().await.map_err(|e| TableError::Delta {
-            what: "listing the table's folder",
-            source: e.into(),
-        })? {
-            let path = meta.location.as_ref();
-            if path.ends_with(".parquet") && !path.starts_with("_delta_log") {
-                count.add(meta.size);
-            }
+/// Rewrites each group into one file and commits all of it as one version that readers
+/// see as no data change; the connector's appends commit alongside it unharmed.
+pub async fn compact(
+    table: &mut Table,
+    groups: &[CompactionGroup],
+    properties: WriterProperties,
+    progress: impl Fn(usize),
+) -> Result<u64, TableError> {
+    let schema = table.arrow_schema()?;
+    let full = table.load_full().await?;
+    let mut actions: Vec<Action> = Vec::new();
+    let mut done = 0;
+    for group in groups {
+        let mut batches = Vec::new();
+        for file in &group.files {
+            batches.extend(read_file(table.store(), file, &schema).await?);
+            done += 1;
+            progress(done);
         }
-        Ok(count)
-    }
-
-    /// Rewrites each group into one file and commits all of it as one version that readers
-    /// see as no data change; the connector's appends commit alongside it unharmed.
-    pub async fn compact(
-        &mut self,
-        groups: &[CompactionGroup],
-        properties: WriterProperties,
-        progress: impl Fn(usize),
-    ) -> Result<u64, TableError> {
-        let schema = self.arrow_schema()?;
-        let full = self.load_full().await?;
-        let mut actions: Vec<Action> = Vec::new();
-        let mut done = 0;
-        for group in groups {
-            let mut batches = Vec::new();
-            for file in &group.files {
-                batches.extend(read_file(self.store(), file, &schema).await?);
-                done += 1;
-                progress(done);
-            }
-            let adds =
-                super::files::write_files(self.files_table().await?, batches, properties.clone())
-                    .await
-                    .map_err(|source| TableError::Delta {
-                        what: "writing a compacted file",
-                        source,
-                    })?;
-            actions.extend(adds.into_iter().map(|add| {
-                Action::Add(Add {
-                    data_change: false,
-                    ..add
-                })
-            }));
-            let now = chrono::Utc::now().timestamp_millis();
-            actions.extend(group.files.iter().map(|file| {
-                Action::Remove(Remove {
-                    deletion_timestamp: Some(now),
-                    ..file.remove.clone()
-                })
-            }));
-        }
-        let state = full
-            .snapshot()
-            .map_err(TableError::delta("reading the table"))?;
-        let finalized = CommitBuilder::from(
-            CommitProperties::default()
-                .with_create_checkpoint(false)
-                .with_cleanup_expired_logs(Some(false))
-                .with_max_retries(20),
-        )
-        .with_actions(actions)
-        .build(
-            Some(state),
-            self.log_store(),
-            DeltaOperation::Optimize {
-                predicate: None,
-                target_size: 0,
-            },
-        )
-        .await
-        .map_err(TableError::delta("committing the compaction"))?;
-        self.refresh().await?;
-        Ok(finalized.version())
-    }
-
-    /// Deletes data files no version newer than `retain` references (files replaced by a
-    /// compaction, files of rollovers whose commit never landed); returns the paths.
-    pub async fn vacuum(
-        &mut self,
-        retain: Duration,
-        dry_run: bool,
-    ) -> Result<Vec<String>, TableError> {
-        let retention = chrono::Duration::from_std(retain)
-            .map_err(|e| TableError::Refused(format!("retention {retain:?}: {e}")))?;
-        let (_, metrics) = self
-            .load_full()
-            .await?
-            .vacuum()
-            .with_retention_period(retention)
-            .with_enforce_retention_duration(false)
-            .with_mode(VacuumMode::Full)
-            .with_dry_run(dry_run)
+        let adds = write_files(table.files_table().await?, batches, properties.clone())
             .await
             .map_err(|source| TableError::Delta {
-                what: "vacuuming the table",
+                what: "writing a compacted file",
                 source,
             })?;
-        self.refresh().await?;
-        Ok(metrics.files_deleted)
+        actions.extend(adds.into_iter().map(|add| {
+            Action::Add(Add {
+                data_change: false,
+                ..add
+            })
+        }));
+        let now = chrono::Utc::now().timestamp_millis();
+        actions.extend(group.files.iter().map(|file| {
+            Action::Remove(Remove {
+                deletion_timestamp: Some(now),
+                ..file.remove.clone()
+            })
+        }));
     }
+    let state = full
+        .snapshot()
+        .map_err(TableError::delta("reading the table"))?;
+    let finalized = CommitBuilder::from(
+        CommitProperties::default()
+            .with_create_checkpoint(false)
+            .with_cleanup_expired_logs(Some(false))
+            .with_max_retries(20),
+    )
+    .with_actions(actions)
+    .build(
+        Some(state),
+        table.log_store(),
+        DeltaOperation::Optimize {
+            predicate: None,
+            target_size: 0,
+        },
+    )
+    .await
+    .map_err(TableError::delta("committing the compaction"))?;
+    table.refresh().await?;
+    Ok(finalized.version())
 }
 
 /// A data file's rows in the table's file schema (partition columns added back from the
@@ -304,17 +208,6 @@ fn conform(
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(Arc::new(table.clone()), columns)
-}
-
-impl FileCount {
-    /// The files and bytes of `files`.
-    pub fn of(files: &[ActiveFile]) -> Self {
-        let mut count = Self::default();
-        for file in files {
-            count.add(file.size);
-        }
-        count
-    }
 }
 
 #[cfg(test)]

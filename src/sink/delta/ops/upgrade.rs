@@ -19,9 +19,9 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::properties::WriterProperties;
 
-use super::positions::{transactions, CommittedPositions, MessageKey};
-use super::table::TableError;
-use super::TableSpec;
+use crate::sink::delta::table::files::write_files;
+use crate::sink::delta::table::positions::transactions;
+use crate::sink::delta::{CommittedPositions, MessageKey, TableError, TableSpec};
 
 /// What an upgrade did.
 #[derive(Debug, Default, Clone)]
@@ -108,130 +108,128 @@ async fn read_legacy(
     }))
 }
 
-impl TableSpec {
-    /// Converts the old-format files in the table's folder (see the module docs).
-    pub async fn upgrade(
-        &self,
-        properties: WriterProperties,
-        progress: impl Fn(usize, usize),
-    ) -> Result<UpgradeReport, TableError> {
-        let store = self.location.store.clone();
-        let listed: Vec<_> = store
-            .list(None)
-            .try_collect()
-            .await
-            .map_err(|e| TableError::Refused(format!("listing {}: {e}", self.location.url)))?;
-        let candidates: Vec<_> = listed
-            .into_iter()
-            .filter(|m| {
-                let path = m.location.as_ref();
-                path.ends_with(".parquet") && !path.starts_with("_delta_log")
-            })
-            .collect();
-        let (mut table, _) = self.open_table(true).await?;
-        let active: std::collections::HashSet<String> = table
-            .active_files()
-            .await?
-            .into_iter()
-            .map(|f| f.path)
-            .collect();
-        let mut report = UpgradeReport::default();
-        let mut legacy = Vec::new();
-        let total = candidates.len();
-        for (done, meta) in candidates.into_iter().enumerate() {
-            progress(done, total);
-            if active.contains(meta.location.as_ref()) {
-                continue;
-            }
-            if let Some(file) = read_legacy(&store, meta.location, meta.size).await? {
-                report.legacy_files += 1;
-                report.legacy_bytes += file.size;
-                legacy.push(file);
-            }
+/// Converts the old-format files in the folder of `spec`'s table (see the module docs).
+pub async fn upgrade(
+    spec: &TableSpec,
+    properties: WriterProperties,
+    progress: impl Fn(usize, usize),
+) -> Result<UpgradeReport, TableError> {
+    let store = spec.location.store.clone();
+    let listed: Vec<_> = store
+        .list(None)
+        .try_collect()
+        .await
+        .map_err(|e| TableError::Refused(format!("listing {}: {e}", spec.location.url)))?;
+    let candidates: Vec<_> = listed
+        .into_iter()
+        .filter(|m| {
+            let path = m.location.as_ref();
+            path.ends_with(".parquet") && !path.starts_with("_delta_log")
+        })
+        .collect();
+    let (mut table, _) = spec.open_table(true).await?;
+    let active: std::collections::HashSet<String> = table
+        .active_files()
+        .await?
+        .into_iter()
+        .map(|f| f.path)
+        .collect();
+    let mut report = UpgradeReport::default();
+    let mut legacy = Vec::new();
+    let total = candidates.len();
+    for (done, meta) in candidates.into_iter().enumerate() {
+        progress(done, total);
+        if active.contains(meta.location.as_ref()) {
+            continue;
         }
-        let mut per_batch: HashMap<&str, usize> = HashMap::new();
-        for file in &legacy {
-            *per_batch.entry(file.batch.as_str()).or_default() += 1;
+        if let Some(file) = read_legacy(&store, meta.location, meta.size).await? {
+            report.legacy_files += 1;
+            report.legacy_bytes += file.size;
+            legacy.push(file);
         }
-        let complete = |file: &LegacyFile| {
-            per_batch.get(file.batch.as_str()).copied().unwrap_or(0) >= file.batch_files
-        };
-        // Positions the table holds already (an earlier run, or the connector since).
-        let mut held = CommittedPositions::default();
-        for file in &legacy {
-            for partition in file.last.keys() {
-                if !held.knows(partition) {
-                    held.set(partition, table.position(partition).await?);
-                }
-            }
-        }
-        let converted_before = |file: &LegacyFile| {
-            file.last
-                .iter()
-                .all(|(partition, last)| held.get(partition).is_some_and(|h| *last <= h))
-        };
-        let layout = self.layout(table.arrow_schema()?);
-        let mut batches: Vec<RecordBatch> = Vec::new();
-        let mut positions: BTreeMap<String, MessageKey> = BTreeMap::new();
-        let mut convert = Vec::new();
-        let mut delete = Vec::new();
-        for file in &legacy {
-            if !complete(file) {
-                report.incomplete.push(file.path.to_string());
-            } else if converted_before(file) {
-                delete.push(file.path.clone());
-            } else {
-                convert.push(file);
-            }
-        }
-        for file in &convert {
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file.bytes.clone())
-                .and_then(|b| b.build())
-                .map_err(|e| TableError::Refused(format!("reading {}: {e}", file.path)))?;
-            for batch in reader {
-                let batch = batch
-                    .map_err(|e| TableError::Refused(format!("reading {}: {e}", file.path)))?;
-                report.rows += batch.num_rows();
-                let rows = layout
-                    .to_table_rows(&batch, None, chrono::Utc::now().timestamp_millis())
-                    .map_err(|e| TableError::Refused(format!("converting {}: {e}", file.path)))?;
-                batches.push(rows);
-            }
-            for (partition, last) in &file.last {
-                let entry = positions.entry(partition.clone()).or_insert(*last);
-                *entry = (*entry).max(*last);
-            }
-            delete.push(file.path.clone());
-        }
-        if !batches.is_empty() {
-            let adds = super::files::write_files(table.files_table().await?, batches, properties)
-                .await
-                .map_err(|source| TableError::Delta {
-                    what: "writing the converted files",
-                    source,
-                })?;
-            let now = chrono::Utc::now().timestamp_millis();
-            let txns: Vec<Transaction> = positions
-                .iter()
-                .filter(|(partition, last)| held.get(partition).is_none_or(|h| **last > h))
-                .flat_map(|(partition, last)| transactions(partition, *last, now))
-                .collect();
-            let committed = table
-                .commit(adds, txns)
-                .await
-                .map_err(|e| TableError::Refused(e.to_string()))?;
-            report.version = Some(committed.version);
-        }
-        for path in delete {
-            store
-                .delete(&path)
-                .await
-                .map_err(|e| TableError::Refused(format!("deleting {path}: {e}")))?;
-            report.deleted += 1;
-        }
-        progress(total, total);
-        Ok(report)
     }
+    let mut per_batch: HashMap<&str, usize> = HashMap::new();
+    for file in &legacy {
+        *per_batch.entry(file.batch.as_str()).or_default() += 1;
+    }
+    let complete = |file: &LegacyFile| {
+        per_batch.get(file.batch.as_str()).copied().unwrap_or(0) >= file.batch_files
+    };
+    // Positions the table holds already (an earlier run, or the connector since).
+    let mut held = CommittedPositions::default();
+    for file in &legacy {
+        for partition in file.last.keys() {
+            if !held.knows(partition) {
+                held.set(partition, table.position(partition).await?);
+            }
+        }
+    }
+    let converted_before = |file: &LegacyFile| {
+        file.last
+            .iter()
+            .all(|(partition, last)| held.get(partition).is_some_and(|h| *last <= h))
+    };
+    let layout = spec.layout(table.arrow_schema()?);
+    let mut batches: Vec<RecordBatch> = Vec::new();
+    let mut positions: BTreeMap<String, MessageKey> = BTreeMap::new();
+    let mut convert = Vec::new();
+    let mut delete = Vec::new();
+    for file in &legacy {
+        if !complete(file) {
+            report.incomplete.push(file.path.to_string());
+        } else if converted_before(file) {
+            delete.push(file.path.clone());
+        } else {
+            convert.push(file);
+        }
+    }
+    for file in &convert {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file.bytes.clone())
+            .and_then(|b| b.build())
+            .map_err(|e| TableError::Refused(format!("reading {}: {e}", file.path)))?;
+        for batch in reader {
+            let batch =
+                batch.map_err(|e| TableError::Refused(format!("reading {}: {e}", file.path)))?;
+            report.rows += batch.num_rows();
+            let rows = layout
+                .to_table_rows(&batch, None, chrono::Utc::now().timestamp_millis())
+                .map_err(|e| TableError::Refused(format!("converting {}: {e}", file.path)))?;
+            batches.push(rows);
+        }
+        for (partition, last) in &file.last {
+            let entry = positions.entry(partition.clone()).or_insert(*last);
+            *entry = (*entry).max(*last);
+        }
+        delete.push(file.path.clone());
+    }
+    if !batches.is_empty() {
+        let adds = write_files(table.files_table().await?, batches, properties)
+            .await
+            .map_err(|source| TableError::Delta {
+                what: "writing the converted files",
+                source,
+            })?;
+        let now = chrono::Utc::now().timestamp_millis();
+        let txns: Vec<Transaction> = positions
+            .iter()
+            .filter(|(partition, last)| held.get(partition).is_none_or(|h| **last > h))
+            .flat_map(|(partition, last)| transactions(partition, *last, now))
+            .collect();
+        let committed = table
+            .commit(adds, txns)
+            .await
+            .map_err(|e| TableError::Refused(e.to_string()))?;
+        report.version = Some(committed.version);
+    }
+    for path in delete {
+        store
+            .delete(&path)
+            .await
+            .map_err(|e| TableError::Refused(format!("deleting {path}: {e}")))?;
+        report.deleted += 1;
+    }
+    progress(total, total);
+    Ok(report)
 }
 
 #[cfg(test)]

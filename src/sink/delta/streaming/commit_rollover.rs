@@ -3,11 +3,11 @@
 
 use std::time::Instant;
 
-use super::commit::CommitError;
-use super::files::{metadata_keys, write_files, writer_properties};
-use super::positions::{representable, transactions};
-use super::writer::DeltaSink;
+use super::DeltaSink;
 use crate::retry::Backoff;
+use crate::sink::delta::table::files::write_files;
+use crate::sink::delta::table::positions::{representable, transactions};
+use crate::sink::delta::{metadata_keys, writer_properties, CommitError};
 use crate::sink::SinkError;
 use crate::source::MessagePosition;
 

@@ -1,22 +1,22 @@
 //! The offline sink: buffers a rollover's rows, commits them to the pipeline's Delta table as
 //! one version, and reports its messages durable only once that version exists.
 
+mod commit_rollover;
+mod rollover;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::committing::fatal;
-use super::config::OfflineSinkConfig;
-use super::layout::TableLayout;
-use super::rollover::Rollover;
-use super::table::{OfflineTable, Opened, TableError};
-use super::TableSpec;
 use crate::metrics::{Metrics, PipelineLabels};
 use crate::record::RowBatch;
 use crate::retry::Backoff;
+use crate::sink::delta::{DeltaSinkConfig, Opened, Table, TableError, TableLayout, TableSpec};
 use crate::sink::{Sink, SinkError};
 use crate::source::{distinct_streams, MessagePosition};
+use commit_rollover::fatal;
+use rollover::Rollover;
 
 /// How long shutdown waits for a checkpoint being written.
 const CHECKPOINT_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(10);
@@ -28,8 +28,8 @@ pub(super) const GAP_GRACE: std::time::Duration = std::time::Duration::from_secs
 /// Writes a pipeline's rows to its Delta table (see the module docs of [`super`]).
 pub struct DeltaSink {
     pub(super) spec: TableSpec,
-    pub(super) config: OfflineSinkConfig,
-    pub(super) table: Option<OfflineTable>,
+    pub(super) config: DeltaSinkConfig,
+    pub(super) table: Option<Table>,
     pub(super) layout: Option<TableLayout>,
     pub(super) rollover: Rollover,
     /// Whether the log may hold commits the sink has not read (after a conflict, a failed
@@ -49,8 +49,8 @@ impl DeltaSink {
     /// A sink for the table `spec` describes; `table` when the runtime already opened it.
     pub fn new(
         spec: TableSpec,
-        config: OfflineSinkConfig,
-        table: Option<OfflineTable>,
+        config: DeltaSinkConfig,
+        table: Option<Table>,
         cancel: CancellationToken,
     ) -> Self {
         Self {
@@ -201,7 +201,7 @@ pub(super) fn idle_commit_due(
     !idle_commit.is_zero() && rows > 0 && rows >= rollover_rows / 10 && quiet >= idle_commit
 }
 
-fn log_opened(table: &OfflineTable, opened: &Opened) {
+fn log_opened(table: &Table, opened: &Opened) {
     match opened {
         Opened::Existing => {
             tracing::info!(table = %table.url(), version = table.version(), "offline table opened")
@@ -306,5 +306,4 @@ impl Sink for DeltaSink {
 }
 
 #[cfg(test)]
-#[path = "writer_tests.rs"]
 mod tests;

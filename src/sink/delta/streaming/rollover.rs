@@ -21,7 +21,8 @@ use std::time::Instant;
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::error::ArrowError;
 
-use super::positions::{commit_key, continues, message_key, CommittedPositions, MessageKey};
+use crate::sink::delta::table::positions::{commit_key, continues};
+use crate::sink::delta::{message_key, CommittedPositions, MessageKey};
 use crate::source::{distinct_streams, stream_runs, MessagePosition};
 
 /// A gap taken as real: the partition, what the table held, the message after the gap.

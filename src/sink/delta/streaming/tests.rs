@@ -11,7 +11,7 @@ use super::*;
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::record::{RowBatch, RowLayout};
-use crate::sink::delta::{DeltaSinkBuilder, ObjectStoreServiceConfig, OfflineSinkConfig};
+use crate::sink::delta::{DeltaSinkBuilder, DeltaSinkConfig, ObjectStoreServiceConfig};
 use crate::sink::{SinkContext, SinkError};
 
 const PARTITION: &str = "persistent://public/default/t-partition-0";
@@ -44,7 +44,7 @@ fn builder(rollover_rows: usize) -> DeltaSinkBuilder {
 
 /// A builder on the in-memory store with these extra `offline` keys.
 fn builder_with(keys: &str) -> DeltaSinkBuilder {
-    let config: OfflineSinkConfig =
+    let config: DeltaSinkConfig =
         serde_saphyr::from_str(&format!("url: memory:///tables\n{keys}")).unwrap();
     let service: ObjectStoreServiceConfig =
         serde_saphyr::from_str("default_url: memory:///tables\n").unwrap();

@@ -16,7 +16,7 @@ use delta_kernel::engine::arrow_data::ArrowEngineData;
 use delta_kernel::transaction::CommitResult;
 use deltalake::kernel::{Add, Transaction};
 
-use super::table::{blocking, OfflineTable, TableError};
+use super::{blocking, Table, TableError};
 
 /// How a commit ended when it did not land.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +36,7 @@ pub struct Committed {
     pub version: u64,
 }
 
-impl OfflineTable {
+impl Table {
     /// Commits `adds` and `transactions` as the version after the one this table is at.
     pub async fn commit(
         &mut self,

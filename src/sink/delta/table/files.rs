@@ -1,11 +1,14 @@
 //! Writing a rollover's rows as the table's data files: Hive-partitioned Parquet (`dt=…/hr=…`)
-//! with each file's statistics in its Add action, through delta-rs's `RecordBatchWriter`.
+//! with each file's statistics in its Add action, through delta-rs's `RecordBatchWriter`;
+//! and the table's active files as its state lists them.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Schema};
 use deltalake::kernel::Add;
+use deltalake::kernel::Remove;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use deltalake::{BlindDeltaTable, DeltaTableError};
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
@@ -13,7 +16,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use super::config::{Compression, OfflineSinkConfig};
+use crate::sink::delta::{Compression, DeltaSinkConfig};
 
 /// File-level metadata keys written into every Parquet file (for people reading a file on its
 /// own; the table's log, not these, is what recovery reads).
@@ -38,7 +41,7 @@ const DICTIONARY_PAGE_LIMIT_BYTES: usize = 64 * 1024;
 
 /// Parquet settings of a pipeline's files.
 pub fn writer_properties(
-    config: &OfflineSinkConfig,
+    config: &DeltaSinkConfig,
     metadata: Vec<(String, String)>,
 ) -> Result<WriterProperties, parquet::errors::ParquetError> {
     let compression = match config.compression {
@@ -119,6 +122,45 @@ pub async fn write_files(
     .map_err(|e| DeltaTableError::Generic(format!("Parquet encoder task failed: {e}")))?
 }
 
+/// Data files and their bytes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FileCount {
+    /// Files.
+    pub files: usize,
+    /// Their total size.
+    pub bytes: u64,
+}
+
+impl FileCount {
+    /// The files and bytes of `files`.
+    pub fn of(files: &[ActiveFile]) -> Self {
+        let mut count = Self::default();
+        for file in files {
+            count.add(file.size);
+        }
+        count
+    }
+
+    pub(crate) fn add(&mut self, bytes: u64) {
+        self.files += 1;
+        self.bytes += bytes;
+    }
+}
+
+/// One active data file of the table.
+#[derive(Debug, Clone)]
+pub struct ActiveFile {
+    /// Path relative to the table.
+    pub path: String,
+    /// Bytes.
+    pub size: u64,
+    /// Partition column → value (as the log writes it).
+    pub partition: BTreeMap<String, Option<String>>,
+    /// Rows, when the file's statistics say.
+    pub rows: Option<usize>,
+    pub(crate) remove: Remove,
+}
+
 #[cfg(test)]
 mod tests {
     use arrow::datatypes::{Field, TimeUnit};
@@ -149,7 +191,7 @@ mod tests {
     /// A rollover's file, written with the pipeline's properties (uncompressed, so sizes
     /// compare encodings), with another dictionary limit when given.
     fn write_rollover(batch: &RecordBatch, dictionary_limit: Option<usize>) -> Vec<u8> {
-        let config: OfflineSinkConfig =
+        let config: DeltaSinkConfig =
             serde_saphyr::from_str("url: memory:///t\ncompression: none\n").unwrap();
         let mut properties = writer_properties(&config, Vec::new()).unwrap();
         if let Some(limit) = dictionary_limit {

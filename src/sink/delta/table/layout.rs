@@ -15,8 +15,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 
-use super::config::{Granularity, PartitionTime};
 use crate::record::event_time_millis;
+use crate::sink::delta::{Granularity, PartitionTime};
 
 /// The column holding each row's Pulsar publish time (Feast's `created_timestamp_column`).
 pub const PUBLISH_TIME_COLUMN: &str = "pulsar_publish_time";
@@ -69,7 +69,7 @@ pub struct TableLayout {
 
 impl TableLayout {
     /// The layout for a table whose (Arrow) schema is `table`; see
-    /// [`super::types::desired_schema`].
+    /// [`super::schema::desired_schema`].
     pub fn new(
         table: SchemaRef,
         event_time: &str,
@@ -182,8 +182,8 @@ pub fn partition_columns(granularity: Granularity) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::types::desired_schema;
-    use super::super::types::tests::rows_schema;
+    use super::super::schema::desired_schema;
+    use super::super::schema::tests::rows_schema;
     use arrow::array::{DictionaryArray, FixedSizeBinaryArray, Int64Array, StringArray};
     use arrow::datatypes::Int32Type;
 

@@ -5,6 +5,22 @@
 //! (newest checkpoint plus the commits after it), never the list of its data files, so neither
 //! opening nor committing costs more as the table grows. Nothing here lists or reads data files
 //! (except once, to refuse a folder of the earlier format, when the table does not exist yet).
+//!
+//! Everything a writer of the table needs lives here: [`commit`] (a version with its files
+//! and topic positions), [`positions`], the data [`files`], the columns ([`layout`]) and
+//! schema, the object store ([`store`]); the streaming sink and the operator commands build
+//! on it.
+
+pub mod commit;
+mod counting_store;
+pub mod files;
+pub mod layout;
+mod log_cleanup;
+mod open;
+pub mod positions;
+mod schema;
+mod spec;
+pub mod store;
 
 use std::sync::Arc;
 
@@ -16,9 +32,17 @@ use deltalake::{BlindDeltaTable, DeltaTable, DeltaTableError};
 use object_store::ObjectStore;
 use tokio::task::JoinHandle;
 
-use super::open::{create, evolve, has_log, load_snapshot, refuse_legacy_files};
-use super::positions::{app_ids, key_from_versions, CommittedPositions, MessageKey};
-use super::store::TableLocation;
+pub use commit::{CommitError, Committed};
+pub use files::{metadata_keys, writer_properties, ActiveFile, FileCount};
+pub use layout::{LayoutError, TableLayout, DATE_COLUMN, HOUR_COLUMN, PUBLISH_TIME_COLUMN};
+pub use positions::{message_key, CommittedPositions, MessageKey};
+pub use schema::desired_schema;
+pub use spec::{instance_id, SpecError, TableSpec};
+pub use store::{StoreError, TableLocation, TableRoot};
+
+use futures::TryStreamExt;
+use open::{create, evolve, has_log, load_snapshot, refuse_legacy_files};
+use positions::{app_ids, key_from_versions};
 
 /// Why the table could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +101,7 @@ pub enum Opened {
 }
 
 /// A pipeline's table and what it holds per topic partition.
-pub struct OfflineTable {
+pub struct Table {
     pub(crate) location: TableLocation,
     pub(crate) engine: Arc<dyn Engine>,
     pub(crate) snapshot: SnapshotRef,
@@ -90,10 +114,10 @@ pub struct OfflineTable {
     /// Set when a checkpoint was written: the next commit first reloads the snapshot onto it.
     pub(crate) reload: Arc<std::sync::atomic::AtomicBool>,
     /// When expired log files were last looked for.
-    pub(crate) cleanup: super::log_cleanup::CleanupSchedule,
+    pub(crate) cleanup: log_cleanup::CleanupSchedule,
 }
 
-impl OfflineTable {
+impl Table {
     /// Opens the table at `location`, creating it when missing and adding columns for fields the
     /// pipeline schema gained. Refuses (with the field named) a schema the table cannot take,
     /// and (unless `upgrading`) a folder that holds Parquet files of the earlier, table-less
@@ -161,7 +185,7 @@ impl OfflineTable {
             checkpoint_interval,
             checkpoints: None,
             reload: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            cleanup: super::log_cleanup::CleanupSchedule::default(),
+            cleanup: log_cleanup::CleanupSchedule::default(),
         }
     }
 
@@ -295,5 +319,40 @@ impl OfflineTable {
             .await
             .map_err(TableError::delta("reading the table's files"))?;
         Ok(table)
+    }
+
+    /// The active data files, from the table's state (every file entry is read).
+    pub async fn active_files(&self) -> Result<Vec<ActiveFile>, TableError> {
+        let table = self.load_full().await?;
+        let state = table
+            .snapshot()
+            .map_err(|e| TableError::Refused(e.to_string()))?;
+        Ok(state
+            .log_data()
+            .into_iter()
+            .map(|file| ActiveFile {
+                path: file.path().to_string(),
+                size: u64::try_from(file.size()).unwrap_or(0),
+                partition: file.partition_values_map().into_iter().collect(),
+                rows: file.num_records(),
+                remove: file.remove_action(false),
+            })
+            .collect())
+    }
+
+    /// Every data file in the table's folder (a listing: referenced or not).
+    pub async fn stored_files(&self) -> Result<FileCount, TableError> {
+        let mut count = FileCount::default();
+        let mut listing = self.store().list(None);
+        while let Some(meta) = listing.try_next().await.map_err(|e| TableError::Delta {
+            what: "listing the table's folder",
+            source: e.into(),
+        })? {
+            let path = meta.location.as_ref();
+            if path.ends_with(".parquet") && !path.starts_with("_delta_log") {
+                count.add(meta.size);
+            }
+        }
+        Ok(count)
     }
 }

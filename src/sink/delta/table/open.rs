@@ -12,8 +12,7 @@ use object_store::path::Path as StorePath;
 
 use super::layout::LayoutError;
 use super::store::TableLocation;
-use super::table::{blocking, Opened, TableError};
-use super::types;
+use super::{blocking, schema as types, Opened, TableError};
 
 /// The table's newest snapshot (protocol, metadata, log segment; no file list).
 pub(crate) async fn load_snapshot(location: &TableLocation) -> Result<SnapshotRef, TableError> {

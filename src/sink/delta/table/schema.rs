@@ -8,10 +8,10 @@ use arrow::error::ArrowError;
 use deltalake::kernel::engine::arrow_conversion::{TryIntoArrow, TryIntoKernel};
 use deltalake::kernel::StructType;
 
-use super::config::Granularity;
 use super::layout::{
     LayoutError, DATE_COLUMN, HOUR_COLUMN, PUBLISH_TIME_COLUMN, RESERVED_COLUMNS, UTC,
 };
+use crate::sink::delta::Granularity;
 
 /// The table schema a pipeline's decoded rows call for (in Delta's canonical Arrow form).
 pub fn desired_schema(

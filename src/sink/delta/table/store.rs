@@ -19,7 +19,7 @@ use object_store::prefix::PrefixStore;
 use object_store::ObjectStore;
 use url::Url;
 
-use super::config::check_store_url;
+use crate::sink::delta::check_store_url;
 
 /// The store URL could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +47,7 @@ pub enum StoreError {
 
 /// An offline store: a bucket (or local folder) and the prefix pipelines' tables live under.
 #[derive(Debug, Clone)]
-pub struct OfflineStore {
+pub struct TableRoot {
     /// The store at the bucket's root (local disk: the file system's root).
     pub root: Arc<dyn ObjectStore>,
     /// Where the prefix is inside `root`.
@@ -67,7 +67,7 @@ pub struct TableLocation {
     pub log_store: LogStoreRef,
 }
 
-impl OfflineStore {
+impl TableRoot {
     /// Opens `url`; `file://` paths that are relative resolve against `root`. Other backends
     /// take `options` plus the standard `AWS_*`, `GOOGLE_*` and `AZURE_*` environment variables.
     pub fn open(
@@ -134,7 +134,7 @@ impl OfflineStore {
 
     /// Counts every request this store makes from now on in `metrics`, for `pipeline`.
     pub fn counted(mut self, metrics: &crate::metrics::Metrics, pipeline: &str) -> Self {
-        self.root = Arc::new(super::requests::CountingStore::new(
+        self.root = Arc::new(super::counting_store::CountingStore::new(
             self.root,
             pipeline,
             metrics.offline_store_requests.clone(),
