@@ -11,12 +11,13 @@
 #   Pulsar proxy, mTLS       pulsar+ssl://127.0.0.1:6652  https://127.0.0.1:8444 (client certificate required)
 #     (the last two: scripts/services-auth.sh)
 #
-# Usage: scripts/services.sh [start|stop|status|env]     (default: start)
+# Usage: scripts/services.sh [start|stop|status|env|packages]     (default: start)
 #   start   install what is missing, start what is down, wait until ready (idempotent)
 #   stop    stop the services this script started (by their recorded pids only)
 #   status  print up/down per service and the disk's headroom; exit 0 when all are up
 #           and the broker's disk can take writes, 3 otherwise
 #   env     print shell exports pointing at the services
+#   packages  install the Debian packages the build needs (protoc) and the services use
 #   restart-pulsar  stop the broker and start it again keeping its data (chaos suite)
 #
 # Environment:
@@ -714,9 +715,11 @@ case ${1:-start} in
     stop_pid pulsar PulsarStandaloneStarter
     PULSAR_KEEP_DATA=1 start_pulsar
     wait_pulsar ;;
+  # The build's own needs (protoc for the pulsar crate) without starting a service.
+  packages) mkdir -p "$STATE" "$LOGS" && ensure_packages ;;
   stop) cmd_stop ;;
   status) rc=0 && { cmd_status || rc=$?; } && exit "$rc" ;;
   env) mkdir -p "$STATE" && write_env && cat "$STATE/env" ;;
   -h | --help | help) sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
-  *) echo "usage: $0 [start|stop|status|env|restart-pulsar]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start|stop|status|env|packages|restart-pulsar]" >&2; exit 2 ;;
 esac

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: installs and starts the real services
-# (scripts/services.sh), builds once, runs unit and integration tests against them.
-# .ci/run calls exactly this.
+# The whole test suite on a fresh machine: first the fast gate without services
+# (scripts/check.sh: formatting, layout, alert rules, clippy, unit tests), then installs and
+# starts the real services (scripts/services.sh), builds once, runs the integration tests
+# against them. .ci/run calls exactly this.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 started=$(date +%s)
+bash scripts/check.sh
 if [[ ${CI:-} == true ]]; then
   # CI leaves nothing running, whether the suite passes or fails.
   trap 'bash scripts/services.sh stop' EXIT
@@ -15,11 +17,6 @@ bash scripts/services.sh start
 # shellcheck disable=SC1091
 source .services/env
 
-if ! command -v cargo >/dev/null; then
-  echo "test.sh: cargo is not on PATH (install Rust with rustup)" >&2
-  exit 1
-fi
-# protoc is needed by the pulsar crate's build script; services.sh installs it.
 export PROTOC=${PROTOC:-$(command -v protoc)}
 # A failing test's own message, not a backtrace per failure: CI shows only the output's tail.
 export RUST_BACKTRACE=${FC_TEST_BACKTRACE:-0}

@@ -1,6 +1,10 @@
 //! Integration tests against the real services started by `scripts/services.sh`
 //! (Pulsar standalone, redis-server, moto S3) — one test binary so it builds once.
 
+// A test's unwrap is its assertion: a failure there fails the test with its cause. Tests
+// signal the processes they start (SIGTERM, SIGKILL, SIGSTOP) through libc.
+#![allow(clippy::unwrap_used, clippy::expect_used, unsafe_code)]
+
 mod bad_input;
 mod common;
 mod delivery;

@@ -1,0 +1,76 @@
+"""The source layout's rules, checked from the code (exit 1 on any breach):
+
+- no import cycle between top-level modules of src/ (a module = a folder or a file directly
+  under src/), read from `use crate::X` and `crate::X::` paths outside unit tests;
+- dependencies point one way across the layers: no sink imports `http` or `serving`, and
+  `http` (listeners, probes) does not import `serving` (serving builds on http);
+- no source file over MAX_LINES lines.
+
+Usage: python3 scripts/check_layout.py [src]
+"""
+import os
+import re
+import sys
+
+MAX_LINES = 500
+# (importing module path prefix, forbidden top-level module): the arrow would point up.
+FORBIDDEN = [
+    ("sink", "http"),
+    ("sink", "serving"),
+    ("http", "serving"),
+]
+
+
+def rust_files(src):
+    for root, _, files in os.walk(src):
+        for name in sorted(files):
+            if name.endswith(".rs"):
+                yield os.path.join(root, name)
+
+
+def without_unit_tests(text):
+    return re.sub(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", "", text, flags=re.S)
+
+
+def main():
+    src = sys.argv[1] if len(sys.argv) > 1 else "src"
+    problems = []
+    deps = {}
+    for path in rust_files(src):
+        rel = os.path.relpath(path, src).split(os.sep)
+        top = rel[0][:-3] if len(rel) == 1 else rel[0]
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        lines = text.count("\n")
+        if lines > MAX_LINES:
+            problems.append(f"{path}: {lines} lines (at most {MAX_LINES}): split it by concern")
+        if top in ("main", "lib"):
+            continue
+        used = set(re.findall(r"crate::(\w+)", without_unit_tests(text))) - {top}
+        deps.setdefault(top, set()).update(used)
+        for importer, forbidden in FORBIDDEN:
+            if top == importer and forbidden in used:
+                problems.append(f"{path}: imports crate::{forbidden} ({importer} must not depend on {forbidden})")
+    if not deps:
+        print(f"check_layout: no Rust modules under {src}")
+        return 1
+    reach = {m: set(d) for m, d in deps.items()}
+    changed = True
+    while changed:
+        changed = False
+        for module in reach:
+            new = set().union(*(reach.get(d, set()) for d in reach[module])) - reach[module]
+            if new:
+                reach[module] |= new
+                changed = True
+    cycles = sorted({tuple(sorted((a, b))) for a in reach for b in reach[a] if a != b and a in reach.get(b, set())})
+    problems += [f"import cycle: {a} <-> {b}" for a, b in cycles]
+    for problem in problems:
+        print(problem)
+    print(f"check_layout: {len(cycles)} import cycles among {len(deps)} top-level modules, "
+          f"{len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
