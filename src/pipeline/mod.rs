@@ -3,7 +3,7 @@
 //! A pipeline's sinks share one lane and one durable subscription (`delivery: shared`, the
 //! default: each event is delivered and decoded once), or each sink gets its own lane and
 //! subscription (`delivery: per_sink`: each acknowledges at its own pace and one sink being
-//! down never stalls the other). See README, "Acknowledgements".
+//! down never stalls the other). See docs/delivery.md.
 
 mod ack_gate;
 mod backfill;

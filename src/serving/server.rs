@@ -125,7 +125,7 @@ pub async fn serve_reads(
 /// `feature-reads`), where the reader's Redis connection is made too. A read is then never
 /// queued behind the pipelines' decoding and writes on the main runtime's workers, and one
 /// thread (the default) spares the wake-ups of idle workers that cost most of a request's
-/// CPU at a few thousand requests/s (README, serving performance). The handle finishes once
+/// CPU at a few thousand requests/s (docs/performance.md, serving). The handle finishes once
 /// the runtime has drained.
 fn on_own_runtime(
     config: &ServingConfig,

@@ -1,4 +1,4 @@
-//! `/v1/features/{view}`: our own read API, the typed JSON `get` prints.
+//! `/v1/features/{view}`: the connector's typed read API, the JSON `get` prints.
 //! `GET ?user_id=1&user_id=2&features=a,b` (repeated keys are zipped into several entities)
 //! and `POST {"entities": [{…}], "features": […]}`.
 

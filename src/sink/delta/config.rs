@@ -111,7 +111,7 @@ fn default_true() -> bool {
     true
 }
 /// Bounds the buffered rollover: a buffered row costs about 1 KB of memory until its
-/// commit (Arrow rows, positions, Parquet encoding), measured in README, "Performance".
+/// commit (Arrow rows, positions, Parquet encoding), measured in docs/performance.md.
 fn default_rollover_rows() -> usize {
     50_000
 }

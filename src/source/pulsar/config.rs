@@ -130,13 +130,13 @@ pub struct PulsarSourceConfig {
 fn default_pattern_refresh() -> Duration {
     Duration::from_secs(30)
 }
-/// Measured (README, "Performance"): 1,000 starves the consumer (the broker waits for
+/// Measured (docs/performance.md): 1,000 starves the consumer (the broker waits for
 /// permits between small deliveries); 20,000 drains a backlog ~10 % faster than 10,000 for
 /// about 10 MB more (about 0.5 KB per queued message).
 fn default_receiver_queue() -> u32 {
     20_000
 }
-/// Measured (README, "Performance"): a catch-up in batches of 2,000 drains ~8 % faster than
+/// Measured (docs/performance.md): a catch-up in batches of 2,000 drains ~8 % faster than
 /// in batches of 1,000, with ~12 % fewer Redis writes (the newest row per entity per batch);
 /// a live stream's batches stay small, since `max_batch_wait` closes them.
 fn default_max_batch() -> usize {
