@@ -10,7 +10,7 @@ SIGKILLs, with the earlier file-per-rollover store), run against the table:
     set -a; . .services/env; set +a
     PY=$(bash scripts/delta_env.sh | tail -1)
     cargo build --release --bin feature-connector --bin feature-connector-loadgen
-    $PY scripts/replicas.py --events 300000 --sigterms 8 --sigkills 12
+    $PY bench/replicas.py --events 300000 --sigterms 8 --sigkills 12
 
 Prints one JSON document (rows, distinct events, duplicates, missing, restarts, seconds);
 exit 1 unless every event is there exactly once.
