@@ -4,8 +4,10 @@ table, read with the Python deltalake package, must hold every event exactly onc
 replicas share the pipeline's one Failover subscription `rep` (the default `delivery: shared`;
 the offline sink acknowledges cumulatively), so each partition has one active replica at a time.
 
-This is the measurement of issue 15 (22,735 duplicates after 8 SIGTERMs, 17,197 after 12
-SIGKILLs, with the earlier file-per-rollover store), run against the table:
+The earlier file-per-rollover store left 22,735 duplicates after 8 SIGTERMs and 17,197 after
+12 SIGKILLs here. Its short version (40,000 events, with a backfill) is the integration test
+`offline::delta::replicas_handing_partitions_over_and_a_backfill_write_every_event_once`.
+Run it against the table:
 
     set -a; . .services/env; set +a
     PY=$(bash scripts/delta_env.sh | tail -1)

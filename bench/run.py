@@ -15,7 +15,8 @@ One run, same events, same Redis:
      visible in Redis) is read back by an independent probe
      (bench/programs/src/freshness_probe.rs), which reads the topic on its own subscription
      to learn the publish times;
-  3. the targets of issue 17, evaluated on this run's numbers.
+  3. the ingest targets (`targets` below: speed, CPU, freshness and memory against the
+     contenders), evaluated on this run's numbers.
 Prints the tables and writes them to bench/results/latest.md.
 """
 
@@ -822,7 +823,7 @@ def render(args, floors, rows, open_loop, broker_latency, raw_bytes):
 
 
 def targets(rows, open_loop, broker_latency):
-    """The targets of issue 17 against this run: (target, measured, verdict) rows."""
+    """The ingest targets against this run: (target, measured, verdict) rows."""
     shared, tuned, python, feast, hset = (rows[k] for k in ("connector_shared", "tuned", "python", "feast", "hset"))
     ours = shared["events_per_s"]
     speed = ratio(ours, tuned["events_per_s"])
@@ -860,7 +861,7 @@ def targets(rows, open_loop, broker_latency):
         ("connector RSS ≤ 150 MB throughout (catch-up with one subscription, open loop)",
          f"{fmt(rss)} MB", verdict(at_most(rss, 150))),
     ]
-    lines = ["Targets (issue 17), from this run:", "", "| target | this run | verdict |", "|---|---:|---|"]
+    lines = ["Targets, from this run:", "", "| target | this run | verdict |", "|---|---:|---|"]
     lines += [f"| {t} | {m} | {v} |" for t, m, v in rows_out]
     return lines
 

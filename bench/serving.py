@@ -26,7 +26,8 @@ One run, same Redis, same keys:
      so that other load on the box drifts over every contender alike; requests/s, latency
      percentiles (pooled over the rounds), CPU per request of the server process(es), of
      redis-server and of the client itself (/proc, net of their idle burn);
-  5. the targets of issue 18, evaluated on this run's figures.
+  5. the serving targets (`targets` below: requests/s against `feast serve` and direct Redis,
+     p99 latency), evaluated on this run's figures.
 Prints the tables and writes them to bench/results/serving-latest.md.
 """
 
@@ -569,7 +570,7 @@ def errors(row):
 
 
 def targets(args, rows, sizes):
-    out = ["Targets (issue 18), from this run:", "", "| target | this run | verdict |", "|---|---:|---|"]
+    out = ["Targets, from this run:", "", "| target | this run | verdict |", "|---|---:|---|"]
     variants = [("ours_feast", "")] + ([("ours_cached", ", cache on")] if ("ours_cached", sizes[0], None) in rows else [])
     for key, variant in variants:
         for size in sizes:
