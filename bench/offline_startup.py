@@ -2,8 +2,8 @@
 
 For each history size N (default 100 and 10,000 committed rollovers), in a bucket of its own
 on the local S3 server:
-  1. examples/offline_history commits N rollovers through the connector's own offline sink
-     (4 topic partitions, --rows rows each) and reports each commit's latency;
+  1. offline_history (bench/programs) commits N rollovers through the connector's own
+     offline sink (4 topic partitions, --rows rows each) and reports each commit's latency;
   2. the release binary starts on a pipeline whose offline table is that table (online off,
      a fresh topic), --starts times; each time: process start -> /readyz 200, then the
      offline store requests made so far (offline_store_requests_total from /metrics: by
@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/feature-connector"
-HISTORY = ROOT / "target/release/examples/offline_history"
+HISTORY = ROOT / "target/release/offline_history"
 ENDPOINT = os.environ.get("S3_ENDPOINT", "http://127.0.0.1:9000")
 SCHEMA = {"type": "record", "name": "History", "fields": [
     {"name": "user_id", "type": "string"},

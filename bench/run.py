@@ -12,9 +12,11 @@ One run, same events, same Redis:
      (utime + stime from /proc) and the writes Redis counted (INFO commandstats);
   2. open loop: the connector running while events arrive at a fixed rate, then a 10x
      burst, then the base rate again; freshness (send time and Pulsar publish time -> value
-     visible in Redis) is read back by an independent probe (examples/freshness_probe.rs),
-     which reads the topic on its own subscription to learn the publish times;
-  3. the targets of issue 17, evaluated on this run's numbers.
+     visible in Redis) is read back by an independent probe
+     (bench/programs/src/freshness_probe.rs), which reads the topic on its own subscription
+     to learn the publish times;
+  3. the ingest targets (`targets` below: speed, CPU, freshness and memory against the
+     contenders), evaluated on this run's numbers.
 Prints the tables and writes them to bench/results/latest.md.
 """
 
@@ -37,7 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 # FC_BIN: another build of the connector (its feature-connector-loadgen beside it), for A/B runs.
 BIN = Path(os.environ.get("FC_BIN", ROOT / "target/release/feature-connector"))
-EXAMPLES = ROOT / "target/release/examples"
+# The benchmark programs (bench/programs), built by bench/run.sh.
+PROGRAMS = ROOT / "target/release"
 STATE = Path(os.environ.get("FC_STATE_DIR", ROOT / ".services"))
 ADMIN = os.environ.get("PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
 PULSAR = os.environ.get("PULSAR_URL", "pulsar://127.0.0.1:6650")
@@ -475,7 +478,7 @@ def run_open_loop(schedule, work, services):
                         stdin=subprocess.DEVNULL)
     wait_ready(port)
     probe_out = work / "freshness.csv"
-    probe = subprocess.Popen([str(EXAMPLES / "freshness_probe"), REDIS_URL, "bench:bench:*", "10", str(probe_out),
+    probe = subprocess.Popen([str(PROGRAMS / "freshness_probe"), REDIS_URL, "bench:bench:*", "10", str(probe_out),
                               PULSAR, topic],
                              stdin=subprocess.PIPE, stderr=open(work / "probe.log", "w"))
     time.sleep(1)
@@ -539,7 +542,7 @@ def broker_delivery_latency(rate, seconds, work):
     env = connector_env(topic, "bench", work / "unused", 0)
     produce(topic, ["--count", "1"], env)
     events = int(rate * seconds)
-    consumer = subprocess.Popen([str(EXAMPLES / "raw_consume"), PULSAR, topic, str(events + 1)],
+    consumer = subprocess.Popen([str(PROGRAMS / "raw_consume"), PULSAR, topic, str(events + 1)],
                                 stdout=subprocess.PIPE, text=True)
     time.sleep(1)
     produce(topic, ["--count", str(events), "--rate", str(rate), "--live-event-time"], env)
@@ -654,9 +657,9 @@ def main():
 
     log("bare readers: pulsar-rs, then the official Java client")
     add("raw", run_contender(services, "pulsar-rs, ack per message, queue 1,000",
-                             [str(EXAMPLES / "raw_consume"), PULSAR, topic, str(n)], work / "raw-consume.log"))
+                             [str(PROGRAMS / "raw_consume"), PULSAR, topic, str(n)], work / "raw-consume.log"))
     add("tuned", run_contender(services, f"pulsar-rs tuned reader, queue {queue:,}, cumulative ack every {ACK_EVERY:,}",
-                               [str(EXAMPLES / "tuned_consume"), PULSAR, topic, str(n), str(queue), str(ACK_EVERY)],
+                               [str(PROGRAMS / "tuned_consume"), PULSAR, topic, str(n), str(queue), str(ACK_EVERY)],
                                work / "tuned-consume.log"))
     for key, java_queue in (("java", 1_000), ("java_tuned", queue)):
         add(key, run_contender(
@@ -698,7 +701,7 @@ def main():
     services.clear_bench_keys()
     add("hset", run_contender(
         services, "pipelined plain HSET, 500 per pipeline (as many rows as the connector wrote)",
-        [str(EXAMPLES / "hset_baseline"), REDIS_URL, "hsetbase", str(shared["redis_writes"]),
+        [str(PROGRAMS / "hset_baseline"), REDIS_URL, "hsetbase", str(shared["redis_writes"]),
          str(max(shared["keys"], 1)), "500"], work / "hset-baseline.log"))
 
     log("redis-benchmark ceiling")
@@ -795,8 +798,8 @@ def render(args, floors, rows, open_loop, broker_latency, raw_bytes):
     lines += [
         "",
         f"Open loop, connector running (one subscription), freshness read back by "
-        f"examples/freshness_probe.rs (every 10th write read back; the two freshness columns are explained "
-        f"below the broker line); producer: {open_loop['produced']}; connector CPU "
+        f"bench/programs/src/freshness_probe.rs (every 10th write read back; the two freshness columns are "
+        f"explained below the broker line); producer: {open_loop['produced']}; connector CPU "
         f"{fmt(open_loop['cpu_seconds'], 1)} s for {open_loop['events']:,} events, RSS peak "
         f"{fmt(open_loop['rss_peak_mb'])} MB:",
         "",
@@ -820,7 +823,7 @@ def render(args, floors, rows, open_loop, broker_latency, raw_bytes):
 
 
 def targets(rows, open_loop, broker_latency):
-    """The targets of issue 17 against this run: (target, measured, verdict) rows."""
+    """The ingest targets against this run: (target, measured, verdict) rows."""
     shared, tuned, python, feast, hset = (rows[k] for k in ("connector_shared", "tuned", "python", "feast", "hset"))
     ours = shared["events_per_s"]
     speed = ratio(ours, tuned["events_per_s"])
@@ -858,7 +861,7 @@ def targets(rows, open_loop, broker_latency):
         ("connector RSS ≤ 150 MB throughout (catch-up with one subscription, open loop)",
          f"{fmt(rss)} MB", verdict(at_most(rss, 150))),
     ]
-    lines = ["Targets (issue 17), from this run:", "", "| target | this run | verdict |", "|---|---:|---|"]
+    lines = ["Targets, from this run:", "", "| target | this run | verdict |", "|---|---:|---|"]
     lines += [f"| {t} | {m} | {v} |" for t, m, v in rows_out]
     return lines
 

@@ -12,8 +12,9 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --release --quiet --bin feature-connector --bin feature-connector-loadgen --example freshness_probe \
-  --example raw_consume --example tuned_consume --example hset_baseline
+# --workspace: the probes are binaries of bench/programs, a member outside the default ones.
+cargo build --release --quiet --workspace --bin feature-connector --bin feature-connector-loadgen \
+  --bin freshness_probe --bin raw_consume --bin tuned_consume --bin hset_baseline
 PY=$(bash bench/peers/setup_venv.sh | tail -1)
 JAVA_CP=$(bash bench/peers/java-consumer/build.sh | tail -1)
 exec "$PY" bench/run.py --python "$PY" --java-classpath "$JAVA_CP" "$@"

@@ -10,14 +10,15 @@ One run, same Redis, same keys:
      same feature view) is applied and `feast serve` started on it, one worker per core;
   3. one request of 50 entities is asked of every contender and the answers compared (same
      values, every entity found), so that every contender serves the same data;
-  4. examples/serving_load.rs (a compiled, single-threaded load generator) sends requests of
-     1 and of 50 random entities x 10 features at a fixed concurrency (closed loop) to our
-     `POST /get-online-features`, our `/v1/features/{view}`, `feast serve`'s
+  4. bench/programs/src/serving_load.rs (a compiled, single-threaded load generator) sends
+     requests of 1 and of 50 random entities x 10 features at a fixed concurrency (closed
+     loop) to our `POST /get-online-features`, our `/v1/features/{view}`, `feast serve`'s
      `POST /get-online-features` and Redis directly (one HMGET per entity, a request's
      entities pipelined: the ceiling), and, for 1-entity requests, the floor of our stack
-     (examples/http_floor.rs: hyper on one current-thread runtime answering a canned body
-     as long as ours, alone, through an axum router, and after one HMGET through redis-rs:
-     what a server built on these crates costs before it does a request's own work); then
+     (bench/programs/src/http_floor.rs: hyper on one current-thread runtime answering a
+     canned body as long as ours, alone, through an axum router, and after one HMGET through
+     redis-rs: what a server built on these crates costs before it does a request's own
+     work); then
      1-entity requests at a fixed rate (open loop); a second replica of the connector with
      serving.cache_entities set (--cache-entities, 0 leaves it out) answers the same
      requests from its cache of Redis replies; every measurement is split into rounds
@@ -25,7 +26,8 @@ One run, same Redis, same keys:
      so that other load on the box drifts over every contender alike; requests/s, latency
      percentiles (pooled over the rounds), CPU per request of the server process(es), of
      redis-server and of the client itself (/proc, net of their idle burn);
-  5. the targets of issue 18, evaluated on this run's figures.
+  5. the serving targets (`targets` below: requests/s against `feast serve` and direct Redis,
+     p99 latency), evaluated on this run's figures.
 Prints the tables and writes them to bench/results/serving-latest.md.
 """
 
@@ -52,8 +54,8 @@ from run import (ADMIN, BIN, CORES, REDIS_URL, Process, at_least, at_most, conne
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 SERVING = BENCH / "serving"
-LOADGEN = ROOT / "target/release/examples/serving_load"
-HTTP_FLOOR = ROOT / "target/release/examples/http_floor"
+LOADGEN = ROOT / "target/release/serving_load"
+HTTP_FLOOR = ROOT / "target/release/http_floor"
 # Contenders measured only with 1-entity requests in the closed loop.
 FLOORS = ("floor_canned", "floor_axum", "floor_redis")
 FLOOR_MODES = {"floor_canned": "canned", "floor_axum": "axum-canned", "floor_redis": "redis"}
@@ -419,9 +421,9 @@ def main():
 
 
 def start_floors(work, ports, prefix, args, serving_port):
-    """The floor servers of examples/http_floor.rs, answering as many bytes as our 1-entity
-    answer; the Redis one reads hashes of 11 fields (as many as ours asks per entity),
-    written here under `prefix`."""
+    """The floor servers of bench/programs/src/http_floor.rs, answering as many bytes as our
+    1-entity answer; the Redis one reads hashes of 11 fields (as many as ours asks per
+    entity), written here under `prefix`."""
     body = json.dumps({"features": [f"{VIEW}:{name}" for name, _ in FEATURES],
                        "entities": {KEY: [f"{KEY_PREFIX}1"]}}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{serving_port}/get-online-features", data=body,
@@ -498,7 +500,7 @@ def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes, ca
         "",
         f"Closed loop: {args.connections} requests in flight at once (keep-alive connections; Redis: "
         f"{args.connections} pipelines on one multiplexed connection, as the connector's reader), random "
-        f"entities, by examples/serving_load.rs (single-threaded). Each row is {args.duration} measured in "
+        f"entities, by bench/programs/src/serving_load.rs (single-threaded). Each row is {args.duration} measured in "
         f"{args.rounds} rounds of {args.duration_s / args.rounds:.1f} s (each after a {args.warmup} warm-up), "
         "the rounds of all rows interleaved so that other load on the box falls on every contender alike; "
         "requests/s over all rounds (each round's in the last column), latency percentiles of all their "
@@ -568,7 +570,7 @@ def errors(row):
 
 
 def targets(args, rows, sizes):
-    out = ["Targets (issue 18), from this run:", "", "| target | this run | verdict |", "|---|---:|---|"]
+    out = ["Targets, from this run:", "", "| target | this run | verdict |", "|---|---:|---|"]
     variants = [("ours_feast", "")] + ([("ours_cached", ", cache on")] if ("ours_cached", sizes[0], None) in rows else [])
     for key, variant in variants:
         for size in sizes:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The serving benchmark (see bench/serving.py): starts the services, builds the release
-# binary, the load generator and examples/serving_load, prepares Feast's venv
-# (scripts/feast_env.sh), then writes 100,000 entities through the connector and reads them
-# back through our /get-online-features and /v1/features, `feast serve` and Redis directly;
-# prints the tables (also written to bench/results/serving-latest.md).
+# binary, the load generator, serving_load and http_floor (bench/programs), prepares Feast's
+# venv (scripts/feast_env.sh), then writes 100,000 entities through the connector and reads
+# them back through our /get-online-features and /v1/features, `feast serve` and Redis
+# directly; prints the tables (also written to bench/results/serving-latest.md).
 #
 #   bash bench/serving.sh                                  # full run (about 4 minutes once built)
 #   bash bench/serving.sh --duration 3s --rounds 1         # smoke
@@ -20,7 +20,8 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --release --quiet --bin feature-connector --bin feature-connector-loadgen --example serving_load --example http_floor
+cargo build --release --quiet --workspace --bin feature-connector --bin feature-connector-loadgen \
+  --bin serving_load --bin http_floor
 if [[ "${1:-}" == ingest ]]; then
   shift
   exec python3 bench/serving_ingest.py "$@"

@@ -6,8 +6,8 @@ or settings on the same box, their rounds alternated):
   1. 100,000 entities are written through the connector (bench/serving: Feast layout), which
      is then stopped;
   2. a backlog of 1,000,000 events over the same entities is published, and the connector
-     started again: as soon as its serving listener accepts, examples/serving_load sends
-     1-entity `POST /get-online-features` requests at 1,000/s (open loop) for the window,
+     started again: as soon as its serving listener accepts, serving_load (bench/programs)
+     sends 1-entity `POST /get-online-features` requests at 1,000/s (open loop) for the window,
      while the connector drains the backlog into Redis;
   3. latency percentiles of those reads, the time the drain took (from the start of the
      reads), the connector's CPU; keys and topic are deleted.

@@ -1,5 +1,5 @@
 //! `feature-connector produce`: the load generator is a crate of its own
-//! (`crates/loadgen`) so that it does not ship in the production library; this command runs
+//! (`bench/loadgen`) so that it does not ship in the production library; this command runs
 //! its binary, installed beside this one.
 
 use std::ffi::OsString;

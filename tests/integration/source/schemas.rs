@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 
 use crate::common::*;
 
-const V1: &str = include_str!("../../schemas/user_profile.avsc");
+const V1: &str = include_str!("../../../schemas/user_profile.avsc");
 
 /// v1 plus a feature with a default (BACKWARD and FORWARD compatible).
 fn v2() -> String {

@@ -24,7 +24,7 @@ fn iso(ms: i64) -> String {
 
 async fn point_in_time(event_time_type: &str, name: &str) {
     let project = Project::new(&redis_url());
-    let schema = include_str!("../../schemas/user_profile.avsc").replacen(
+    let schema = include_str!("../../../schemas/user_profile.avsc").replacen(
         r#"{"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}}"#,
         &format!(r#"{{"name": "event_time", "type": {event_time_type}}}"#),
         1,
@@ -66,7 +66,7 @@ async fn point_in_time(event_time_type: &str, name: &str) {
     let spec_path = project.path().join("pit-spec.json");
     std::fs::write(&spec_path, spec.to_string()).expect("spec");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new(crate::delta::delta_python())
+    let output = Command::new(crate::offline::delta::delta_python())
         .arg(root.join("tests/feast/historical_delta.py"))
         .arg("--repo-dir")
         .arg(project.path().join("feast-repo"))

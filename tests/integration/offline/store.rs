@@ -51,7 +51,7 @@ async fn kill_nine_five_times_and_a_full_redelivery_leave_every_event_once() {
     );
     // The Python deltalake package, Polars and DuckDB read the same rows and types.
     for reader in ["deltalake", "polars", "duckdb"] {
-        let read = crate::delta::read_with(reader, &format!("{store}/eo"));
+        let read = crate::offline::delta::read_with(reader, &format!("{store}/eo"));
         assert_eq!(read["rows"], serde_json::json!(105_000), "{reader}: {read}");
         assert_eq!(
             read["distinct_keys"],
@@ -66,7 +66,7 @@ async fn kill_nine_on_s3_leaves_every_event_once() {
     let project = Project::new(&redis_url());
     let store = s3_url(&unique("eo-s3"));
     kill_nine_and_redeliver(&project, &store, &store, 30_000).await;
-    let read = crate::delta::read_with("deltalake", &format!("{store}/eo"));
+    let read = crate::offline::delta::read_with("deltalake", &format!("{store}/eo"));
     assert_eq!(read["rows"], serde_json::json!(31_500), "{read}");
     assert_eq!(read["distinct_keys"], serde_json::json!(31_500), "{read}");
 }
@@ -397,7 +397,7 @@ async fn every_avro_type_round_trips_to_its_delta_type() {
 
     // DuckDB's delta extension and Polars read every row and type of this table too.
     for reader in ["duckdb", "polars"] {
-        let read = crate::delta::read_with(reader, &format!("{store}/types"));
+        let read = crate::offline::delta::read_with(reader, &format!("{store}/types"));
         assert_eq!(read["rows"], serde_json::json!(EVENTS), "{reader}: {read}");
         let types = read["types"].as_object().expect("types");
         assert_eq!(types.len(), expected.len() + 5, "{reader}: {read}");

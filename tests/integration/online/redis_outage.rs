@@ -1,6 +1,6 @@
 //! Redis goes away while batches are written, with `delivery: per_sink` (one subscription
 //! per sink): nothing is acknowledged on the online subscription (the offline one goes on),
-//! and once Redis is back every row lands. The shared default is in `delivery.rs`.
+//! and once Redis is back every row lands. The shared default is in `source/delivery.rs`.
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -292,7 +292,7 @@ fn two_pipelines_writing_the_same_redis_keys() {
 #[test]
 fn a_field_named_like_an_offline_table_column() {
     let project = Project::new(&redis_url());
-    let schema = include_str!("../../schemas/user_profile.avsc").replacen(
+    let schema = include_str!("../../../schemas/user_profile.avsc").replacen(
         r#"{"name": "sessions_7d", "type": "int"}"#,
         r#"{"name": "dt", "type": "int"}"#,
         1,

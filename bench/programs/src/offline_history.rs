@@ -5,8 +5,8 @@
 //! interval, seconds apart). Prints the commit latencies (each rollover's write → committed)
 //! of both phases as JSON.
 //!
-//!   cargo run --release --example offline_history -- --store s3://bucket/prefix \
-//!       --pipeline history --rollovers 10000 --rows 20
+//!   cargo run --release -p feature-connector-bench --bin offline_history -- \
+//!       --store s3://bucket/prefix --pipeline history --rollovers 10000 --rows 20
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -11,7 +11,7 @@ fn repo(path: &str) -> std::path::PathBuf {
 
 /// The Feast venv's python with check-jsonschema added (pinned).
 fn python_with_validator() -> String {
-    let python = crate::feast::feast_python();
+    let python = crate::online::feast_python();
     let has = Command::new(&python)
         .args(["-c", "import check_jsonschema"])
         .status()
@@ -72,7 +72,7 @@ fn compose_file_follows_the_compose_spec() {
 
 #[test]
 fn kubernetes_example_and_dashboard_match_what_the_connector_serves() {
-    let python = crate::feast::feast_python();
+    let python = crate::online::feast_python();
     let script = r#"
 import json, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]

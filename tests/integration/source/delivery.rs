@@ -2,7 +2,8 @@
 //! feeds both sinks (each event delivered and decoded once), and a message is acknowledged
 //! only once every sink has it durable, so Redis being down holds the whole backlog (the
 //! offline sink could write, but nothing is acknowledged) and nothing is lost. The
-//! independent `per_sink` subscriptions are in `isolation.rs` and `redis_outage.rs`.
+//! independent `per_sink` subscriptions are in `offline/store_outage.rs` and
+//! `online/redis_outage.rs`.
 
 use std::time::Duration;
 

@@ -4,13 +4,15 @@ table, read with the Python deltalake package, must hold every event exactly onc
 replicas share the pipeline's one Failover subscription `rep` (the default `delivery: shared`;
 the offline sink acknowledges cumulatively), so each partition has one active replica at a time.
 
-This is the measurement of issue 15 (22,735 duplicates after 8 SIGTERMs, 17,197 after 12
-SIGKILLs, with the earlier file-per-rollover store), run against the table:
+The earlier file-per-rollover store left 22,735 duplicates after 8 SIGTERMs and 17,197 after
+12 SIGKILLs here. Its short version (40,000 events, with a backfill) is the integration test
+`offline::delta::replicas_handing_partitions_over_and_a_backfill_write_every_event_once`.
+Run it against the table:
 
     set -a; . .services/env; set +a
     PY=$(bash scripts/delta_env.sh | tail -1)
     cargo build --release --bin feature-connector --bin feature-connector-loadgen
-    $PY scripts/replicas.py --events 300000 --sigterms 8 --sigkills 12
+    $PY bench/replicas.py --events 300000 --sigterms 8 --sigkills 12
 
 Prints one JSON document (rows, distinct events, duplicates, missing, restarts, seconds);
 exit 1 unless every event is there exactly once.

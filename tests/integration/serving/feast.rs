@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use crate::common::*;
-use crate::feast::feast_python;
+use crate::online::feast_python;
 
 /// Event times of the first events: months before now, so beyond a 1 h TTL.
 const OLD_BASE: i64 = 1_789_000_000_000;

@@ -113,7 +113,8 @@ async fn client_credentials_stream_into_both_sinks_without_secrets_or_first_atte
         1_000
     );
     assert!(log.contains("OAuth2 access token obtained"), "{log}");
-    // pulsar-rs's first attempt to subscribe is not a warning (the start-up noise).
+    // pulsar-rs's first attempt to subscribe is not a warning: logged as one, it was noise at
+    // every start-up.
     assert!(
         !log.contains("Retry #0"),
         "first attempts are logged as warnings:\n{log}"

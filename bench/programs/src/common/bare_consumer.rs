@@ -1,4 +1,4 @@
-//! The benchmark examples' bare consumer: a fresh Exclusive subscription from the start of
+//! The benchmark programs' bare consumer: a fresh Exclusive subscription from the start of
 //! the topic, straight on pulsar-rs, with nothing of the connector in between.
 
 use pulsar::consumer::{ConsumerOptions, InitialPosition};

@@ -203,7 +203,7 @@ async fn replicas_handing_partitions_over_and_a_backfill_write_every_event_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gained_field_adds_a_column_and_a_type_change_is_refused() {
     let project = Project::new(&redis_url());
-    let v1 = include_str!("../../schemas/user_profile.avsc");
+    let v1 = include_str!("../../../schemas/user_profile.avsc");
     project.schema_file("evo.avsc", v1);
     let offline =
         "offline:\n  url: file://offline\n  rollover_rows: 100000\n  rollover_interval: 1s";

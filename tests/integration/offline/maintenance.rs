@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::*;
-use crate::delta::read_with;
+use crate::offline::delta::read_with;
 
 const BASE: i64 = 1_790_600_000_000;
 
