@@ -24,8 +24,8 @@ step "source layout (import cycles, layering, file length)"
 python3 scripts/check_layout.py src
 step "alert rules (promtool)"
 bash scripts/check_alerts.sh
-step "lints (cargo clippy --all-targets -- -D warnings)"
-cargo clippy --all-targets --locked -- -D warnings
+step "lints (cargo clippy --workspace --all-targets -- -D warnings)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
 step "unit tests (cargo test --lib)"
 cargo test --lib --locked
 step "passed"
