@@ -75,6 +75,8 @@ async fn compaction_while_the_connector_writes_keeps_every_row_and_vacuum_delete
         "cmp",
         "--older-than",
         "0s",
+        "--target-mib",
+        "128",
     ]);
     let report = stdout_of(&compacted);
     assert!(compacted.status.success(), "{report}");
@@ -103,18 +105,27 @@ async fn compaction_while_the_connector_writes_keeps_every_row_and_vacuum_delete
         .collect();
 
     // Vacuum: a short retention needs the explicit flag; then only referenced files remain.
-    let refused =
-        project.run_command(&["offline", "vacuum", "--pipeline", "cmp", "--retain", "0s"]);
+    let vacuum = |flags: &[&str]| {
+        let mut args = vec!["offline", "vacuum", "--pipeline", "cmp", "--retain", "0s"];
+        args.extend_from_slice(flags);
+        project.run_command(&args)
+    };
+    let refused = vacuum(&[]);
     assert_eq!(refused.status.code(), Some(2), "{}", stdout_of(&refused));
-    let vacuumed = project.run_command(&[
-        "offline",
-        "vacuum",
-        "--pipeline",
-        "cmp",
-        "--retain",
-        "0s",
-        "--allow-short-retention",
-    ]);
+    // A dry run names what a vacuum would delete (the files compaction replaced) and deletes
+    // nothing.
+    let stored = walk_parquet(&project.path().join("offline/cmp"));
+    let dry = vacuum(&["--allow-short-retention", "--dry-run"]);
+    let report = stdout_of(&dry);
+    assert!(dry.status.success(), "{report}");
+    let would = report
+        .lines()
+        .filter(|l| l.starts_with("would delete "))
+        .count();
+    assert_eq!(would, stored - files.len(), "{report}");
+    assert!(would > 0, "compaction left replaced files: {report}");
+    assert_eq!(walk_parquet(&project.path().join("offline/cmp")), stored);
+    let vacuumed = vacuum(&["--allow-short-retention"]);
     let report = stdout_of(&vacuumed);
     assert!(vacuumed.status.success(), "{report}");
     let on_disk = walk_parquet(&project.path().join("offline/cmp"));
