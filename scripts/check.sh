@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The fast gate, no services: formatting, the source layout's rules, the alert rules, clippy
-# with warnings as errors, and the unit layer. `bash scripts/test.sh` runs it first, so a
-# style or logic slip fails within minutes, before any service starts.
+# The fast gate, no services: formatting, the source layout's rules, commit subjects, the
+# alert rules, clippy with warnings as errors, and the unit layer. `bash scripts/test.sh`
+# runs it first, so a style or logic slip fails within minutes, before any service starts.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -22,6 +22,8 @@ step "formatting (cargo fmt --check)"
 cargo fmt --all --check
 step "source layout (import cycles, layering, file length)"
 python3 scripts/check_layout.py src
+step "commit subjects (at most 72 characters)"
+bash scripts/check_commits.sh
 step "alert rules (promtool)"
 bash scripts/check_alerts.sh
 step "lints (cargo clippy --workspace --all-targets -- -D warnings)"
