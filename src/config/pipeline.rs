@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::ServiceConfig;
-use super::{issue_at, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned};
+use super::{issue_at, resolve_path, ConfigError, ConfigIssue, Spanned};
 use crate::record::RowLayout;
 use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
 use crate::serving::FeatureView;
@@ -14,6 +14,7 @@ use crate::sink::delta::DeltaSinkConfig;
 use crate::sink::redis::{overlapping_key_spaces, RedisSinkConfig};
 use crate::sink::{PipelineShape, SinkBuilder, SinkSection};
 use crate::source::pulsar::PulsarSourceConfig;
+use crate::yaml::read_yaml_file_recovering;
 
 /// Declares the pipeline file and the list of sink kinds, one line per sink:
 /// `key: SectionType => service_field`, where `SectionType` (in the sink's folder) implements
@@ -238,12 +239,12 @@ pub fn load_pipelines(
     let mut pipelines = Vec::new();
     let mut names: BTreeMap<String, PathBuf> = BTreeMap::new();
     for file in files {
-        let parsed: PipelineFile = match read_yaml_file(&file) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                issues.extend(e.issues);
-                continue;
-            }
+        // A file with problems is still checked as far as it parsed once they were
+        // repaired, so that one run names every problem of every file.
+        let (parsed, mut found) = read_yaml_file_recovering::<PipelineFile>(&file);
+        issues.append(&mut found);
+        let Some(parsed) = parsed else {
+            continue;
         };
         if let Some(first) = names.get(&parsed.name.value) {
             issues.push(issue_at(

@@ -1,5 +1,7 @@
-//! `${VAR}` and `${VAR:-default}` substitution, applied to the raw text before YAML parsing
-//! so that hosts and secrets come from the environment and line numbers stay exact.
+//! `${VAR}`, `${VAR:-default}` and `${VAR-default}` substitution, applied to the raw text
+//! before YAML parsing so that hosts and secrets come from the environment and line numbers
+//! stay exact. The defaults follow the shell's rules: `:-` applies when the variable is unset
+//! or empty, `-` only when it is unset (so that an empty value can turn a setting off).
 
 /// A variable that is referenced without a default and is not set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,7 +12,8 @@ pub struct UnsetVariable {
     pub name: String,
 }
 
-/// Replaces every `${NAME}` and `${NAME:-default}` in `text` using `lookup`.
+/// Replaces every `${NAME}`, `${NAME:-default}` and `${NAME-default}` in `text` using
+/// `lookup`.
 ///
 /// `$${` escapes a literal `${`; whole-line `#` comments are left as they are. A substituted value never spans lines (newlines in values
 /// are rejected), so YAML line numbers after substitution equal those of the file.
@@ -47,11 +50,17 @@ pub fn interpolate(
                 break;
             };
             let body = &body_start[..end];
-            let (name, default) = match body.split_once(":-") {
-                Some((name, default)) => (name, Some(default)),
-                None => (body, None),
+            let (name, default, empty_is_unset) = match body.split_once(":-") {
+                Some((name, default)) => (name, Some(default), true),
+                None => match body.split_once('-') {
+                    Some((name, default)) => (name, Some(default), false),
+                    None => (body, None, false),
+                },
             };
-            match lookup(name).filter(|v| !v.contains('\n')) {
+            let value = lookup(name)
+                .filter(|v| !v.contains('\n'))
+                .filter(|v| !(empty_is_unset && v.is_empty()));
+            match value {
                 Some(value) => out.push_str(&value),
                 None => match default {
                     Some(default) => out.push_str(default),
@@ -89,8 +98,18 @@ mod tests {
         let text = "url: redis://${HOST}:6379\nport: ${PORT:-8080}\nempty: '${EMPTY:-x}'\n";
         assert_eq!(
             interpolate(text, env).unwrap(),
-            "url: redis://redis.internal:6379\nport: 8080\nempty: ''\n"
+            "url: redis://redis.internal:6379\nport: 8080\nempty: 'x'\n"
         );
+    }
+
+    #[test]
+    fn a_default_after_a_dash_alone_keeps_an_empty_value() {
+        let text = "bind: '${EMPTY-127.0.0.1:1}'\nport: '${PORT-8080}'\nset: ${HOST-x}\n";
+        assert_eq!(
+            interpolate(text, env).unwrap(),
+            "bind: ''\nport: '8080'\nset: redis.internal\n"
+        );
+        assert_eq!(interpolate("a: '${EMPTY}'\n", env).unwrap(), "a: ''\n");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod error;
 mod interpolate;
+pub mod recover;
 
 use std::path::{Path, PathBuf};
 
@@ -15,50 +16,78 @@ pub use interpolate::{interpolate, UnsetVariable};
 pub use serde_saphyr::Spanned;
 
 /// Reads and parses one YAML file into `T`, interpolating `${VAR}` from the process
-/// environment first.
+/// environment first; every problem of the file is reported.
 pub fn read_yaml_file<T: DeserializeOwned>(file: &Path) -> Result<T, ConfigError> {
-    let text = std::fs::read_to_string(file).map_err(|e| {
-        ConfigError::single(ConfigIssue {
-            file: file.to_path_buf(),
-            line: None,
-            key: None,
-            message: format!("cannot read file: {e}"),
-        })
-    })?;
-    parse_yaml(file, &text)
+    into_result(read_yaml_file_recovering(file))
 }
 
-/// Parses YAML `text` (from `file`, for messages) into `T` after env interpolation.
+/// Parses YAML `text` (from `file`, for messages) into `T` after env interpolation; every
+/// problem of the text is reported.
 pub fn parse_yaml<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfigError> {
-    let expanded = interpolate(text, |name| std::env::var(name).ok()).map_err(|unset| {
-        ConfigError {
-            issues: unset
+    into_result(parse_yaml_recovering(file, text))
+}
+
+/// Like [`read_yaml_file`], and when the file has problems, also the value its text gives
+/// once they are repaired (see [`recover`]), so that the checks made after parsing can
+/// report their problems in the same run.
+pub fn read_yaml_file_recovering<T: DeserializeOwned>(
+    file: &Path,
+) -> (Option<T>, Vec<ConfigIssue>) {
+    match std::fs::read_to_string(file) {
+        Ok(text) => parse_yaml_recovering(file, &text),
+        Err(e) => (
+            None,
+            vec![ConfigIssue {
+                file: file.to_path_buf(),
+                line: None,
+                key: None,
+                message: format!("cannot read file: {e}"),
+            }],
+        ),
+    }
+}
+
+/// Like [`parse_yaml`], with the repaired value as [`read_yaml_file_recovering`] gives it.
+pub fn parse_yaml_recovering<T: DeserializeOwned>(
+    file: &Path,
+    text: &str,
+) -> (Option<T>, Vec<ConfigIssue>) {
+    let expanded = match interpolate(text, |name| std::env::var(name).ok()) {
+        Ok(expanded) => expanded,
+        Err(unset) => {
+            let issues = unset
                 .into_iter()
                 .map(|u| ConfigIssue {
                     file: file.to_path_buf(),
                     line: Some(u.line),
-                    key: key_at_line(text, u.line),
+                    key: recover::key_at_line(text, u.line),
                     message: format!(
                         "environment variable `{}` is not set and has no default (write ${{{}:-default}})",
                         u.name, u.name
                     ),
                 })
-                .collect(),
+                .collect();
+            return (None, issues);
         }
-    })?;
-    serde_saphyr::from_str::<T>(&expanded).map_err(|e| {
-        let line = e
-            .location()
-            .map(|l| u32::try_from(l.line()).unwrap_or(u32::MAX));
-        let message = first_line(&e.to_string());
-        let key = quoted_field(&message).or_else(|| line.and_then(|l| key_at_line(text, l)));
-        ConfigError::single(ConfigIssue {
+    };
+    let (value, problems) = recover::parse_all::<T>(&expanded);
+    let issues = problems
+        .into_iter()
+        .map(|problem| ConfigIssue {
             file: file.to_path_buf(),
-            line,
-            key,
-            message,
+            line: problem.line,
+            key: problem.key,
+            message: problem.message,
         })
-    })
+        .collect();
+    (value, issues)
+}
+
+fn into_result<T>((value, issues): (Option<T>, Vec<ConfigIssue>)) -> Result<T, ConfigError> {
+    match value {
+        Some(value) if issues.is_empty() => Ok(value),
+        _ => Err(ConfigError { issues }),
+    }
 }
 
 /// Builds an issue located at a spanned value.
@@ -85,44 +114,6 @@ pub fn resolve_path(base: &Path, written: &str) -> PathBuf {
     } else {
         base.join(path)
     }
-}
-
-/// The mapping key written on `line` of `text` (`  ttl: 5m` → `ttl`).
-fn key_at_line(text: &str, line: u32) -> Option<String> {
-    let raw = text
-        .lines()
-        .nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
-    let trimmed = raw.trim_start().trim_start_matches("- ");
-    let (key, _) = trimmed.split_once(':')?;
-    let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
-    (!key.is_empty() && !key.contains(' ')).then(|| key.to_string())
-}
-
-/// The first back-quoted name in a serde message (`unknown field `ttl_s`` → `ttl_s`).
-fn quoted_field(message: &str) -> Option<String> {
-    let lower = message.to_ascii_lowercase();
-    if !(lower.contains("unknown field")
-        || lower.contains("missing field")
-        || lower.contains("duplicate field"))
-    {
-        return None;
-    }
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(message[start..start + len].to_string())
-}
-
-/// The parser's first line without its own `error: line N column M:` prefix (we print the
-/// location ourselves).
-fn first_line(message: &str) -> String {
-    let first = message.lines().next().unwrap_or(message).trim();
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    if first.starts_with("line ") {
-        if let Some((_, rest)) = first.split_once(": ") {
-            return rest.to_string();
-        }
-    }
-    first.to_string()
 }
 
 #[cfg(test)]

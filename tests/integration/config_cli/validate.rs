@@ -130,7 +130,7 @@ fn unknown_delivery() {
         "  subscription: p\n  delivery: both\n",
         5,
         "delivery",
-        "unknown variant `both`, expected one of shared, per_sink",
+        "`both` is not one of the accepted values (accepted: shared, per_sink)",
     );
 }
 
@@ -141,7 +141,7 @@ fn unknown_key() {
         "  key_prefix: fc\n  tll: 5m\n",
         12,
         "tll",
-        "unknown field",
+        "unknown key `tll`; did you mean `ttl`?",
     );
 }
 
@@ -152,8 +152,54 @@ fn wrong_type() {
         "  url: file://offline\n  rollover_rows: lots\n",
         14,
         "rollover_rows",
-        "",
+        "`lots` is not a whole number, 0 or more",
     );
+}
+
+#[test]
+fn every_problem_of_a_file_is_named_in_one_run() {
+    let project = Project::new(&redis_url());
+    let broken = GOOD
+        .replacen("  subscription: p\n", "  subscripton: p\n", 1)
+        .replacen("keys: [user_id]", "keys: [user_idd]", 1)
+        .replacen("  key_prefix: fc\n", "  key_prefix: fc\n  ttl: a week\n", 1)
+        .replacen(
+            "  url: file://offline\n",
+            "  url: file://offline\n  rollover_rows: -5\n",
+            1,
+        );
+    std::fs::write(project.path().join("connectors/p.yaml"), broken).expect("write");
+    let output = project.validate();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    for expected in [
+        "p.yaml:4: key `subscripton`: unknown key `subscripton`; did you mean `subscription`?",
+        "p.yaml:12: key `ttl`: `a week` is not a duration: a number and a unit, e.g. 500ms, 30s, 5m, 2h, 7d or 1h 30m",
+        "p.yaml:15: key `rollover_rows`: `-5` is not a whole number, 0 or more",
+        "p.yaml:8: key `entity.keys`",
+    ] {
+        assert!(stderr.contains(expected), "expected {expected:?} in:\n{stderr}");
+    }
+    assert!(stderr.contains("user_idd"), "{stderr}");
+    for rust in ["Option<", "usize", "u64", "deserialize", "serde"] {
+        assert!(!stderr.contains(rust), "{rust:?} in:\n{stderr}");
+    }
+}
+
+#[test]
+fn empty_listener_variables_turn_the_embedded_listeners_off() {
+    let project = Project::new(&redis_url());
+    std::fs::write(project.path().join("connectors/p.yaml"), GOOD).expect("write");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_feature-connector"))
+        .args(["validate", "--root"])
+        .arg(project.path())
+        .env("FC_SERVING_BIND", "")
+        .env("FC_HTTP_BIND", "")
+        .output()
+        .expect("run validate");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("Option<"), "{stderr}");
 }
 
 #[test]
