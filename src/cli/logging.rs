@@ -6,13 +6,21 @@
 
 use tracing_log::AsLog;
 
-/// Logs to stderr, filtered by `RUST_LOG`; JSON lines when `FC_LOG_FORMAT=json`.
+/// The Delta kernel's snapshot builder logs every error it returns, and the sink asks it for
+/// the snapshot of a table that has no commit yet on each first start ("No files in log
+/// segment"), then creates the table. The error comes back to the caller, which decides what
+/// it means (and logs what an operator must act on), so the builder's own report of it is
+/// left out, whatever `RUST_LOG` says.
+const KERNEL_SNAPSHOT_REPORTS: &str = "buoyant_kernel::snapshot::builder=off";
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: `info`, pulsar-rs at `warn`); JSON lines
+/// when `FC_LOG_FORMAT=json`.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(
-            "info,pulsar=warn,buoyant_kernel=off,deltalake_core=error",
-        )
-    });
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pulsar=warn"));
+    if let Ok(directive) = KERNEL_SNAPSHOT_REPORTS.parse() {
+        filter = filter.add_directive(directive);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use pulsar::consumer::{ConsumerOptions, InitialPosition};
+use pulsar::message::proto::command_subscribe::SubType;
 use pulsar::message::proto::MessageIdData;
 use pulsar::reader::Reader;
 use pulsar::{Pulsar, TokioExecutor};
@@ -91,6 +92,7 @@ impl PulsarReaderSource {
                     "feature-connector-backfill-{}",
                     uuid::Uuid::new_v4()
                 ))
+                .with_subscription_type(SubType::Exclusive)
                 .with_options(ConsumerOptions {
                     initial_position: InitialPosition::Earliest,
                     ..Default::default()

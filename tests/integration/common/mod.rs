@@ -86,7 +86,7 @@ impl Project {
         let http_port = free_port();
         let serving_port = free_port();
         let config = format!(
-            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\nobject_store:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"${{FC_HTTP_BIND:-127.0.0.1:{http_port}}}\"\nserving:\n  bind: \"${{FC_SERVING_BIND:-127.0.0.1:{serving_port}}}\"\nshutdown_timeout: 20s\n",
+            "pulsar:\n  url: {}\n  admin_url: {}\nredis:\n  url: {redis}\n  response_timeout: 5s\nobject_store:\n  default_url: file://offline\n  options:\n    aws_endpoint: {}\n    aws_region: us-east-1\n    aws_allow_http: \"true\"\n    aws_access_key_id: testing\n    aws_secret_access_key: testing\n    aws_virtual_hosted_style_request: \"false\"\nhttp:\n  bind: \"${{FC_HTTP_BIND-127.0.0.1:{http_port}}}\"\nserving:\n  bind: \"${{FC_SERVING_BIND-127.0.0.1:{serving_port}}}\"\nshutdown_timeout: 20s\n",
             pulsar_url(),
             pulsar_admin(),
             s3_endpoint()
@@ -515,6 +515,37 @@ pub async fn acknowledged_prefix(topic: &str, subscription: &str) -> u64 {
 pub async fn unload_topic(topic: &str) {
     let request = reqwest::Client::new().put(topic_admin_url(topic, "unload"));
     admin_ok(request, &format!("unload {topic}")).await;
+}
+
+/// Sets the namespace's retention so that acknowledged messages stay readable (backfill).
+pub async fn retain_acknowledged(namespace: &str) {
+    let request = reqwest::Client::new()
+        .post(format!(
+            "{}/admin/v2/namespaces/public/{namespace}/retention",
+            pulsar_admin()
+        ))
+        .header("content-type", "application/json")
+        .body(r#"{"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}"#);
+    admin_ok(request, "set retention").await;
+}
+
+/// The lines of a connector's log at WARN or ERROR level: a happy path has none, as those
+/// levels are for what an operator must act on.
+pub fn loud_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|line| line.contains(" WARN ") || line.contains(" ERROR "))
+        .collect()
+}
+
+/// Fails with the loud lines of `log` (`what` names the run), if there are any.
+pub fn assert_quiet(what: &str, log: &str) {
+    let loud = loud_lines(log);
+    assert!(
+        loud.is_empty(),
+        "{what} logged {} WARN/ERROR lines on a happy path, e.g.:\n{}",
+        loud.len(),
+        loud.iter().take(10).copied().collect::<Vec<_>>().join("\n")
+    );
 }
 
 /// Creates `topic` with `partitions` partitions.

@@ -54,24 +54,12 @@ pub fn read_with(reader: &str, table_uri: &str) -> Value {
     serde_json::from_slice(&output.stdout).expect("read_table.py prints JSON")
 }
 
-/// Sets the namespace's retention so that acknowledged messages stay readable (backfill).
-async fn retain(namespace: &str) {
-    let request = reqwest::Client::new()
-        .post(format!(
-            "{}/admin/v2/namespaces/public/{namespace}/retention",
-            pulsar_admin()
-        ))
-        .header("content-type", "application/json")
-        .body(r#"{"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}"#);
-    admin_ok(request, "set retention").await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_handing_partitions_over_and_a_backfill_write_every_event_once() {
     const EVENTS: u64 = 40_000;
     let namespace = unique("rep");
     create_namespace(&namespace, "BACKWARD").await;
-    retain(&namespace).await;
+    retain_acknowledged(&namespace).await;
     let mut project = Project::new(&redis_url());
     project.topic = format!("persistent://public/{namespace}/features");
     create_partitioned_topic(&project.topic, 4).await;

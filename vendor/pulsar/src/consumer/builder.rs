@@ -329,7 +329,10 @@ impl<Exe: Executor> ConsumerBuilder<Exe> {
 
         // the validate() function defaults sub_type to SubType::Shared,
         // but a reader's subscription is exclusive
-        warn!("Subscription Type for a reader is `Exclusive`. Resetting.");
+        // feature-connector patch: only a caller that asked for another type is told.
+        if config.sub_type != SubType::Exclusive {
+            warn!("Subscription Type for a reader is `Exclusive`. Resetting.");
+        }
         config.sub_type = SubType::Exclusive;
 
         if joined_topics.len() > 1 {
