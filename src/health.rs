@@ -1,12 +1,20 @@
 //! Readiness: `/readyz` answers 200 only when every lane is subscribed and every service a
 //! pipeline writes to answers now. Each sink brings its own [`Probe`] (Redis `PING`, an
 //! object-store listing); this module only runs them.
+//!
+//! Progress: each lane reports what it received and acknowledged ([`LaneProgress`]), so that
+//! a lane whose sink keeps failing (Redis refusing writes, the object store down) shows as
+//! degraded in `/readyz` and in `ack_wait_seconds`, even while every probe answers. A stalled
+//! lane does not make the process unready: the model service beside it still reads the
+//! features already stored (docs/operations.md, readiness).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+use crate::metrics::{LaneLabels, Metrics};
 
 /// One dependency `/readyz` checks.
 #[async_trait]
@@ -20,11 +28,12 @@ pub trait Probe: Send + Sync {
 /// How long one probe may take before it counts as down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Lanes running against lanes expected, and the dependencies to probe.
+/// Lanes running against lanes expected, the dependencies to probe and each lane's progress.
 pub struct Health {
     lanes_running: AtomicUsize,
     lanes_expected: AtomicUsize,
     probes: RwLock<Vec<Arc<dyn Probe>>>,
+    progress: RwLock<Vec<Arc<LaneProgress>>>,
 }
 
 impl Default for Health {
@@ -33,8 +42,75 @@ impl Default for Health {
             lanes_running: AtomicUsize::new(0),
             lanes_expected: AtomicUsize::new(usize::MAX),
             probes: RwLock::new(Vec::new()),
+            progress: RwLock::new(Vec::new()),
         }
     }
+}
+
+/// One lane's messages waiting for acknowledgement and when it last made progress.
+pub struct LaneProgress {
+    labels: LaneLabels,
+    /// Messages received and not acknowledged.
+    waiting: AtomicU64,
+    /// Epoch ms of the last acknowledgement, or of the first message received after the lane
+    /// had none waiting.
+    progress_ms: AtomicI64,
+    /// How long the lane may normally wait for its sinks (its longest hold, e.g. a rollover
+    /// interval, and some slack); longer is a stall.
+    patience: Duration,
+}
+
+impl LaneProgress {
+    /// `count` messages were received.
+    pub fn received(&self, count: u64) {
+        if self.waiting.fetch_add(count, Ordering::SeqCst) == 0 {
+            self.progress_ms.store(now_ms(), Ordering::SeqCst);
+        }
+    }
+
+    /// `count` messages were acknowledged.
+    pub fn acknowledged(&self, count: u64) {
+        let _ = self
+            .waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                Some(w.saturating_sub(count))
+            });
+        self.progress_ms.store(now_ms(), Ordering::SeqCst);
+    }
+
+    /// The lane stopped: nothing of it waits any more.
+    pub fn stopped(&self) {
+        self.waiting.store(0, Ordering::SeqCst);
+    }
+
+    /// How long messages have waited without any acknowledgement, as of `now_ms`; zero
+    /// when none wait.
+    pub fn waited(&self, now_ms: i64) -> Duration {
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            return Duration::ZERO;
+        }
+        let since = self.progress_ms.load(Ordering::SeqCst);
+        Duration::from_millis(u64::try_from(now_ms.saturating_sub(since)).unwrap_or(0))
+    }
+
+    /// Why the lane counts as stalled as of `now_ms`, if it does.
+    fn stall(&self, now_ms: i64) -> Option<String> {
+        let waited = self.waited(now_ms);
+        (waited > self.patience).then(|| {
+            format!(
+                "lane {}/{}: no acknowledgement for {} s while {} messages wait (normal: within {} s); its sink is retrying, see the log",
+                self.labels.pipeline,
+                self.labels.sink,
+                waited.as_secs(),
+                self.waiting.load(Ordering::SeqCst),
+                self.patience.as_secs()
+            )
+        })
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
 }
 
 impl Health {
@@ -65,6 +141,56 @@ impl Health {
             if probes.iter().all(|known| known.name() != probe.name()) {
                 probes.push(probe);
             }
+        }
+    }
+
+    /// Tracks the progress of lane `sink` of `pipeline`, which may wait up to `patience` for
+    /// its sinks before it counts as stalled.
+    pub fn track_lane(&self, pipeline: &str, sink: &str, patience: Duration) -> Arc<LaneProgress> {
+        let progress = Arc::new(LaneProgress {
+            labels: LaneLabels {
+                pipeline: pipeline.to_string(),
+                sink: sink.to_string(),
+            },
+            waiting: AtomicU64::new(0),
+            progress_ms: AtomicI64::new(now_ms()),
+            patience,
+        });
+        if let Ok(mut lanes) = self.progress.write() {
+            lanes.retain(|lane| lane.labels != progress.labels);
+            lanes.push(Arc::clone(&progress));
+        }
+        progress
+    }
+
+    fn lanes(&self) -> Vec<Arc<LaneProgress>> {
+        self.progress
+            .read()
+            .map(|lanes| lanes.clone())
+            .unwrap_or_default()
+    }
+
+    /// Lanes that waited for their sinks longer than normal: degraded, not unready.
+    pub fn degraded(&self) -> Vec<String> {
+        let now = now_ms();
+        self.lanes()
+            .iter()
+            .filter_map(|lane| lane.stall(now))
+            .collect()
+    }
+
+    /// Sets `ack_wait_seconds` and `ack_wait_limit_seconds` of every lane (at each scrape).
+    pub fn record(&self, metrics: &Metrics) {
+        let now = now_ms();
+        for lane in self.lanes() {
+            metrics
+                .ack_wait_seconds
+                .get_or_create(&lane.labels)
+                .set(lane.waited(now).as_secs_f64());
+            metrics
+                .ack_wait_limit_seconds
+                .get_or_create(&lane.labels)
+                .set(lane.patience.as_secs_f64());
         }
     }
 
@@ -127,5 +253,44 @@ mod tests {
         assert_eq!(health.problems().await, vec!["store: refused".to_string()]);
         health.lane_stopped();
         assert_eq!(health.problems().await.len(), 2);
+    }
+
+    #[test]
+    fn a_lane_waiting_longer_than_its_patience_is_degraded_until_it_acknowledges() {
+        let health = Health::default();
+        let lane = health.track_lane("p", "online", Duration::from_secs(30));
+        let metrics = Metrics::new();
+        assert!(health.degraded().is_empty());
+        lane.received(10);
+        let start = lane.progress_ms.load(Ordering::SeqCst);
+        assert_eq!(lane.waited(start + 20_000), Duration::from_secs(20));
+        assert!(lane.stall(start + 20_000).is_none(), "within its patience");
+        let stall = lane.stall(start + 45_000).expect("stalled");
+        assert!(
+            stall.contains("lane p/online: no acknowledgement for 45 s while 10 messages wait"),
+            "{stall}"
+        );
+        lane.progress_ms.store(start - 60_000, Ordering::SeqCst);
+        assert_eq!(health.degraded().len(), 1);
+        health.record(&metrics);
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"feature_connector_ack_wait_limit_seconds{pipeline="p",sink="online"} 30.0"#
+            ),
+            "{text}"
+        );
+        lane.acknowledged(10);
+        assert!(health.degraded().is_empty());
+        assert_eq!(
+            lane.waited(now_ms() + 60_000),
+            Duration::ZERO,
+            "nothing waits"
+        );
+        lane.received(5);
+        lane.acknowledged(2);
+        assert_eq!(lane.waiting.load(Ordering::SeqCst), 3);
+        lane.stopped();
+        assert_eq!(lane.waited(now_ms() + 60_000), Duration::ZERO);
     }
 }

@@ -101,6 +101,12 @@ pub struct Metrics {
     /// Time the lane spent handing batches to a sink's queue, waiting for room included (it
     /// grows fast for the sink that holds the lane up: backpressure).
     pub sink_queue_wait_seconds: Family<LaneLabels, Counter<f64, AtomicU64>>,
+    /// Seconds the lane has waited for its sinks: since its last acknowledgement while
+    /// messages wait, 0 otherwise (set at each scrape).
+    pub ack_wait_seconds: Family<LaneLabels, Gauge<f64, AtomicU64>>,
+    /// How long the lane may normally wait (its longest hold plus slack); a longer wait is a
+    /// stall.
+    pub ack_wait_limit_seconds: Family<LaneLabels, Gauge<f64, AtomicU64>>,
     /// Event time → value acknowledged by the online store.
     pub freshness_event_time_seconds: Family<LaneLabels, Histogram>,
     /// Broker publish time → value acknowledged by the online store.
@@ -258,6 +264,18 @@ impl Metrics {
             "Time the lane spent handing batches to the sink's queue, waiting for room included",
             sink_queue_wait_seconds.clone(),
         );
+        let ack_wait_seconds = Family::<LaneLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "ack_wait_seconds",
+            "Seconds the lane has waited for its sinks since its last acknowledgement while messages wait (0 otherwise)",
+            ack_wait_seconds.clone(),
+        );
+        let ack_wait_limit_seconds = Family::<LaneLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "ack_wait_limit_seconds",
+            "How long the lane may normally wait for its sinks (longest hold plus slack); longer is a stall",
+            ack_wait_limit_seconds.clone(),
+        );
         let serving_requests = Family::<ServingLabels, Counter>::default();
         registry.register(
             "serving_requests",
@@ -278,6 +296,8 @@ impl Metrics {
         );
         Self {
             registry,
+            ack_wait_seconds,
+            ack_wait_limit_seconds,
             serving_requests,
             serving_cache_reads,
             serving_cache_invalidations,

@@ -48,20 +48,30 @@ pub async fn serve_probes(
     Ok(listener::spawn(listener, router, PROBE_LIMITS, cancel))
 }
 
-/// 200 `ready` or 503 with one line per problem (a lane not subscribed, a store down).
+/// 200 `ready` or 503 with one line per problem (a lane not subscribed, a store down);
+/// either followed by a `degraded:` line per lane whose sink has kept it from acknowledging
+/// for longer than normal. A stall alone leaves the process ready: the model service beside
+/// it still reads what the online store holds.
 async fn readyz(State(state): State<ProbeState>) -> impl IntoResponse {
     let problems = state.health.problems().await;
+    let degraded: String = state
+        .health
+        .degraded()
+        .iter()
+        .map(|stall| format!("degraded: {stall}\n"))
+        .collect();
     if problems.is_empty() {
-        (StatusCode::OK, "ready\n".to_string())
+        (StatusCode::OK, format!("ready\n{degraded}"))
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready\n{}\n", problems.join("\n")),
+            format!("not ready\n{}\n{degraded}", problems.join("\n")),
         )
     }
 }
 
 async fn metrics_text(State(state): State<ProbeState>) -> impl IntoResponse {
+    state.health.record(&state.metrics);
     (
         [(
             header::CONTENT_TYPE,

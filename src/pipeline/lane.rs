@@ -12,7 +12,7 @@ use tracing::Instrument;
 use super::ack_gate::AckGate;
 use super::dead_letter::DeadLetter;
 use super::sink_task::{self, SinkHandle, SinkReport, SinkTaskContext};
-use crate::health::Health;
+use crate::health::{Health, LaneProgress};
 use crate::metrics::{DeadLetterLabels, LaneLabels, Metrics};
 use crate::record::RowBatch;
 use crate::retry::Backoff;
@@ -50,6 +50,11 @@ pub enum LaneError {
 /// How long a lane waits for messages before giving its sinks a time-based tick.
 const IDLE_TICK: Duration = Duration::from_millis(200);
 
+/// How much longer than its sinks' longest hold a lane may wait for an acknowledgement
+/// before it counts as stalled (`/readyz` detail, `ack_wait_limit_seconds`): room for a
+/// commit, a retry and a slow broker.
+const STALL_SLACK: Duration = Duration::from_secs(30);
+
 /// Source → decoder → (dead letters) → sinks → acknowledgements, one batch at a time. A
 /// message is acknowledged once every sink of the lane has it durable; a slow or down sink
 /// therefore pauses consumption of this lane's subscription only.
@@ -86,6 +91,8 @@ struct Running {
     kinds: Vec<&'static str>,
     handles: Vec<SinkHandle>,
     reports: Option<mpsc::UnboundedReceiver<SinkReport>>,
+    /// Messages waiting and the last acknowledgement, for stall detection.
+    progress: Arc<LaneProgress>,
 }
 
 impl Lane {
@@ -109,6 +116,15 @@ impl Lane {
         let name = self.name();
         let gate = AckGate::new(self.sinks.len());
         let kinds = self.sinks.iter().map(|sink| sink.kind()).collect();
+        let longest_hold = self
+            .sinks
+            .iter()
+            .map(|sink| sink.longest_hold())
+            .max()
+            .unwrap_or_default();
+        let progress = self
+            .health
+            .track_lane(&self.pipeline, &name, longest_hold + STALL_SLACK);
         let span = tracing::info_span!("lane", pipeline = %self.pipeline, sink = %name);
         let mut running = Running {
             lane: self,
@@ -117,6 +133,7 @@ impl Lane {
             kinds,
             handles: Vec::new(),
             reports: None,
+            progress,
         };
         let outcome = running.run().instrument(span).await;
         (outcome, running.lane.sinks)
@@ -132,6 +149,7 @@ impl Running {
                 self.lane.health.lane_started();
                 let result = self.consume().await;
                 self.lane.health.lane_stopped();
+                self.progress.stopped();
                 result
             }
             Ok(false) => Ok(()),
@@ -255,6 +273,7 @@ impl Running {
                     .messages_in_flight
                     .get_or_create(&labels)
                     .inc_by(i64::try_from(count).unwrap_or(i64::MAX));
+                self.progress.received(count);
                 let batch_span = tracing::debug_span!("batch", messages = messages.len());
                 if !self.process(messages).instrument(batch_span).await? {
                     return Ok(());
@@ -391,6 +410,7 @@ impl Running {
             .messages_in_flight
             .get_or_create(&labels)
             .dec_by(i64::try_from(released.len()).unwrap_or(i64::MAX));
+        self.progress.acknowledged(released.len() as u64);
         Ok(())
     }
 

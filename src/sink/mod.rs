@@ -149,6 +149,12 @@ pub trait Sink: Send {
         0
     }
 
+    /// How long the sink may normally hold a message before it is durable (the offline
+    /// sink: a rollover interval); a lane that waits much longer for it is stalled.
+    fn longest_hold(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// Rows taken but not durable (still buffered); after `flush`, rows the sink could not
     /// make durable (e.g. the offline sink's rows after a gap in a partition).
     fn pending_rows(&self) -> usize {

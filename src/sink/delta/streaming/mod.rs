@@ -223,6 +223,11 @@ impl Sink for DeltaSink {
         self.buffered_rows()
     }
 
+    /// A row waits for its rollover's commit.
+    fn longest_hold(&self) -> std::time::Duration {
+        self.config.rollover_interval
+    }
+
     async fn start(&mut self) -> Result<(), SinkError> {
         self.open_until_done().await
     }
