@@ -95,11 +95,20 @@ pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next
 }
 
 async fn admit(guard: &Guard, mut request: Request, next: Next) -> Response {
+    // Feast's endpoint refuses in Feast's error shape, as its handler does.
+    let feast = endpoint(request.uri().path()) == "get-online-features";
+    let refuse = |error: ApiError| {
+        if feast {
+            error.into_feast_response()
+        } else {
+            error.into_response()
+        }
+    };
     if !guard.admits(&request) {
-        return ApiError::Unauthorized.into_response();
+        return refuse(ApiError::Unauthorized);
     }
     let Ok(slot) = guard.slots.clone().try_acquire_owned() else {
-        return ApiError::Busy { limit: guard.limit }.into_response();
+        return refuse(ApiError::Busy { limit: guard.limit });
     };
     request
         .extensions_mut()

@@ -47,6 +47,13 @@ of the view's features. Bytes join-key values in entity_rows are given as base64
 A read names a "view" (and optionally "features") or a "feature_service" (rows then hold the
 service's features); "full_feature_names": true names row keys `view__feature`. A feature
 service lists, per view, its features (an empty list: all of the view's).
+
+A read with "raw_features" (["view:feature", ...], passed as written, unknown names
+included) and string "entity_rows" as given, asks for what the server may refuse: its
+output is {"raw": true, "error": null} when the read succeeded, or
+{"raw": true, "error": {"module": ..., "class": ..., "message": ...}} naming the exception
+Feast's client raised (e.g. feast.errors.FeatureViewNotFoundException, or builtins.RuntimeError
+when the server's answer carried no Feast error detail).
 """
 from __future__ import annotations
 
@@ -151,6 +158,8 @@ def parse_spec(spec: dict):
         services[name] = pairs
     reads = spec.get("read") or []
     for r in reads:
+        if r.get("raw_features") is not None:
+            continue
         if r.get("feature_service") is not None:
             if r["feature_service"] not in services:
                 raise SpecError(f"read of unknown feature service {r['feature_service']!r}")
@@ -317,6 +326,17 @@ def main(argv=None) -> int:
 
         out_reads = []
         for r in reads:
+            if r.get("raw_features") is not None:
+                try:
+                    store.get_online_features(
+                        features=r["raw_features"], entity_rows=r.get("entity_rows") or []
+                    )
+                    error = None
+                except Exception as e:  # the point: which class Feast's client raises
+                    error = {"module": type(e).__module__, "class": type(e).__name__,
+                             "message": str(e)}
+                out_reads.append({"raw": True, "error": error})
+                continue
             full = bool(r.get("full_feature_names"))
             if r.get("feature_service") is not None:
                 pairs = services[r["feature_service"]]

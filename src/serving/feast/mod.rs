@@ -29,7 +29,7 @@ pub async fn get_online_features(State(state): State<ServingState>, request: Req
             body,
         )
             .into_response(),
-        Err(e) => e.into_response(),
+        Err(e) => e.into_feast_response(),
     }
 }
 

@@ -149,7 +149,7 @@ fn feature_refs<'r>(
     let written: &[String] =
         match &request.feature_service {
             Some(name) => services.get(name).ok_or_else(|| {
-                ApiError::NotFound(format!(
+                ApiError::UnknownFeatureService(format!(
                     "no feature service `{name}` (serving.feature_services has: {})",
                     services.keys().cloned().collect::<Vec<_>>().join(", ")
                 ))

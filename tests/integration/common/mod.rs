@@ -517,6 +517,18 @@ pub async fn unload_topic(topic: &str) {
     admin_ok(request, &format!("unload {topic}")).await;
 }
 
+/// The message of a serving listener's error answer: `{"error": "…"}` (`/v1/features`, the
+/// probes' listener), or on Feast's endpoint Feast's error detail: a JSON string holding
+/// `{"module", "class", "message"}`.
+pub fn error_message(body: &serde_json::Value) -> String {
+    let field =
+        |value: &serde_json::Value, key: &str| value[key].as_str().unwrap_or_default().to_string();
+    match body.as_str() {
+        Some(detail) => field(&serde_json::from_str(detail).unwrap_or_default(), "message"),
+        None => field(body, "error"),
+    }
+}
+
 /// Sets the namespace's retention so that acknowledged messages stay readable (backfill).
 pub async fn retain_acknowledged(namespace: &str) {
     let request = reqwest::Client::new()

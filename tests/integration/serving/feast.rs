@@ -36,7 +36,7 @@ fn store_schema() -> &'static str {
 }
 
 /// Runs tests/feast/read_online.py with `target` (`--redis H:P` or `--remote URL …`).
-fn read_with_feast(
+pub(super) fn read_with_feast(
     python: &str,
     repo: &Path,
     project: &str,
