@@ -1,6 +1,6 @@
 """Profiling aid: drain an already published bench topic (bench/run.py publishes one; or
 `feature-connector produce --root bench --pipeline bench --topic T --count N --entities 100000
---zipf 1.1 --batch 100 --producers 4`) with the release connector on a new subscription, from
+--zipf 1.1 --batch 100 --producers 4`) with the dist connector on a new subscription, from
 empty Redis keys, and print one JSON line: wall time from the connector's first received message until every lane acknowledged (its /metrics then in /tmp/drain-metrics.txt), when the
 online sink had written every row, events/s, CPU µs per event of the connector, redis-server
 and the broker (/proc), the connector's RSS peak, the Parquet bytes written and Redis's command counts.
@@ -11,7 +11,7 @@ environment: BENCH_ROLL (rollover_rows), PERF=1 (perf record -g into /tmp/perf.d
 import json, os, subprocess, sys, time, urllib.request, tempfile, socket
 from pathlib import Path
 import redis
-ROOT = Path(__file__).resolve().parents[1]; BENCH = ROOT / "bench"; BIN = Path(os.environ.get("FC_BIN", ROOT / "target/release/feature-connector"))
+ROOT = Path(__file__).resolve().parents[1]; BENCH = ROOT / "bench"; BIN = Path(os.environ.get("FC_BIN", ROOT / "target/dist/feature-connector"))
 STATE = Path(os.environ.get("FC_STATE_DIR", ROOT / ".services"))
 ADMIN = os.environ.get("PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
 TICKS = os.sysconf("SC_CLK_TCK")

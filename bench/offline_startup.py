@@ -28,8 +28,8 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / "target/release/feature-connector"
-HISTORY = ROOT / "target/release/offline_history"
+BIN = ROOT / "target/dist/feature-connector"
+HISTORY = ROOT / "target/dist/offline_history"
 ENDPOINT = os.environ.get("S3_ENDPOINT", "http://127.0.0.1:9000")
 SCHEMA = {"type": "record", "name": "History", "fields": [
     {"name": "user_id", "type": "string"},

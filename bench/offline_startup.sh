@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Offline start-up and commit benchmark (see bench/offline_startup.py): starts the services,
-# builds the release binary and offline_history (bench/programs), and runs it.
+# builds the dist binary (whole-program optimisation) and offline_history (bench/programs), and runs it.
 #
 #   bash bench/offline_startup.sh                                 # 100 and 10,000 rollovers
 #   bash bench/offline_startup.sh --rollovers 100,1000 --starts 3 # quicker
@@ -10,5 +10,5 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --release --quiet --workspace --bin feature-connector --bin offline_history
+cargo build --profile dist --quiet --workspace --bin feature-connector --bin offline_history
 exec python3 bench/offline_startup.py "$@"

@@ -38,9 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 # FC_BIN: another build of the connector (its feature-connector-loadgen beside it), for A/B runs.
-BIN = Path(os.environ.get("FC_BIN", ROOT / "target/release/feature-connector"))
+BIN = Path(os.environ.get("FC_BIN", ROOT / "target/dist/feature-connector"))
 # The benchmark programs (bench/programs), built by bench/run.sh.
-PROGRAMS = ROOT / "target/release"
+PROGRAMS = ROOT / "target/dist"
 STATE = Path(os.environ.get("FC_STATE_DIR", ROOT / ".services"))
 ADMIN = os.environ.get("PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
 PULSAR = os.environ.get("PULSAR_URL", "pulsar://127.0.0.1:6650")

@@ -54,8 +54,8 @@ from run import (ADMIN, BIN, CORES, REDIS_URL, Process, at_least, at_most, conne
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 SERVING = BENCH / "serving"
-LOADGEN = ROOT / "target/release/serving_load"
-HTTP_FLOOR = ROOT / "target/release/http_floor"
+LOADGEN = ROOT / "target/dist/serving_load"
+HTTP_FLOOR = ROOT / "target/dist/http_floor"
 # Contenders measured only with 1-entity requests in the closed loop.
 FLOORS = ("floor_canned", "floor_axum", "floor_redis")
 FLOOR_MODES = {"floor_canned": "canned", "floor_axum": "axum-canned", "floor_redis": "redis"}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The serving benchmark (see bench/serving.py): starts the services, builds the release
+# The serving benchmark (see bench/serving.py): starts the services, builds the dist
 # binary, the load generator, serving_load and http_floor (bench/programs), prepares Feast's
 # venv (scripts/feast_env.sh), then writes 100,000 entities through the connector and reads
 # them back through our /get-online-features and /v1/features, `feast serve` and Redis
@@ -9,7 +9,7 @@
 #   bash bench/serving.sh --duration 3s --rounds 1         # smoke
 #
 # `ingest` runs bench/serving_ingest.py instead: 1-entity reads at 1,000/s while the
-# connector drains a backlog of 1,000,000 events (B: target/release/feature-connector):
+# connector drains a backlog of 1,000,000 events (B: target/dist/feature-connector):
 #
 #   bash bench/serving.sh ingest                           # this build, 2 rounds
 #   bash bench/serving.sh ingest --threads 1,2 B B         # serving.threads 1 against 2
@@ -20,7 +20,7 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --release --quiet --workspace --bin feature-connector --bin feature-connector-loadgen \
+cargo build --profile dist --quiet --workspace --bin feature-connector --bin feature-connector-loadgen \
   --bin serving_load --bin http_floor
 if [[ "${1:-}" == ingest ]]; then
   shift

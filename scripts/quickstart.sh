@@ -1,14 +1,34 @@
 #!/usr/bin/env bash
-# Quickstart on a fresh machine: start the local services, build, publish demo events,
-# run the user_profile pipeline on the embedded defaults (Redis on 127.0.0.1, the offline Delta
-# table under ./data/offline), then show what landed. `--follow` keeps the connector running.
+# Quickstart on a fresh machine: build while the broker and Redis start (only what the
+# quickstart uses), publish demo events, run the user_profile pipeline on the embedded defaults
+# (Redis on 127.0.0.1, the offline Delta table under ./data/offline), then show what landed.
+# `--follow` keeps the connector running.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-bash scripts/services.sh start
+started=$(date +%s)
+step() { echo "[quickstart $(($(date +%s) - started)) s] $*"; }
+
+# Debian packages first: the build needs protoc, and apt installs one set at a time.
+bash scripts/services.sh packages
 export PROTOC=${PROTOC:-$(command -v protoc)}
-cargo build --release --locked
+# The broker's jars download and the services start while the connector builds.
+mkdir -p data
+bash scripts/services.sh start-quick >data/services.log 2>&1 &
+services=$!
+step "building the release profile; the broker and Redis start meanwhile (log: data/services.log)"
+if ! cargo build --release --locked; then
+  kill "$services" 2>/dev/null || true
+  exit 1
+fi
+step "built"
+if ! wait "$services"; then
+  tail -n 30 data/services.log >&2
+  echo "quickstart: the services did not start (data/services.log)" >&2
+  exit 1
+fi
+step "broker and Redis up"
 BIN=$ROOT/target/release/feature-connector
 TOPIC=persistent://public/default/user-profile-features
 ADMIN=http://127.0.0.1:8080/admin/v2/persistent/public/default/user-profile-features/stats
@@ -33,6 +53,7 @@ for _ in $(seq 1 120); do
 done
 sleep 1
 echo "backlog of $SUBSCRIPTION on $TOPIC: $backlog, all of it received (in flight: $in_flight)"
+step "first features in Redis"
 
 if [[ ${1:-} == --follow ]]; then
   echo "following; Ctrl-C stops the connector (it commits its last rollover and acks first)"

@@ -11,8 +11,9 @@
 #   Pulsar proxy, mTLS       pulsar+ssl://127.0.0.1:6652  https://127.0.0.1:8444 (client certificate required)
 #     (the last two: scripts/services-auth.sh)
 #
-# Usage: scripts/services.sh [start|stop|status|env|packages]     (default: start)
+# Usage: scripts/services.sh [start|start-quick|stop|status|env|packages]  (default: start)
 #   start   install what is missing, start what is down, wait until ready (idempotent)
+#   start-quick  only what the quickstart uses: the broker and Redis (the table is on disk)
 #   stop    stop the services this script started (by their recorded pids only)
 #   status  print up/down per service and the disk's headroom; exit 0 when all are up
 #           and the broker's disk can take writes, 3 otherwise
@@ -659,6 +660,21 @@ cmd_start() {
   log "all services up (env: source $STATE/env)"
 }
 
+# The quickstart's services: the broker (configured as for the suite, so that a later `start`
+# keeps it running) and Redis.
+cmd_start_quick() {
+  mkdir -p "$STATE" "$LOGS"
+  exec 9>"$STATE/.lock"
+  flock -w 600 9 || die "another services.sh holds $STATE/.lock"
+  check_disk
+  ensure_packages
+  start_pulsar
+  start_redis
+  wait_pulsar
+  write_env
+  log "broker and redis up (env: source $STATE/env)"
+}
+
 cmd_stop() {
   mkdir -p "$STATE"
   exec 9>"$STATE/.lock"
@@ -708,6 +724,7 @@ cmd_status() {
 
 case ${1:-start} in
   start) cmd_start ;;
+  start-quick) cmd_start_quick ;;
   restart-pulsar)
     # For the chaos suite: stop the broker and start it again on the same data.
     mkdir -p "$STATE" "$LOGS"
@@ -721,5 +738,5 @@ case ${1:-start} in
   status) rc=0 && { cmd_status || rc=$?; } && exit "$rc" ;;
   env) mkdir -p "$STATE" && write_env && cat "$STATE/env" ;;
   -h | --help | help) sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
-  *) echo "usage: $0 [start|stop|status|env|packages|restart-pulsar]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start|start-quick|stop|status|env|packages|restart-pulsar]" >&2; exit 2 ;;
 esac

@@ -9,7 +9,7 @@
 //! leaves it; the event time travels in the message metadata). `now − publish time` is then
 //! publish → visible: the broker's and the connector's share only.
 //!
-//! `cargo run --release -p feature-connector-bench --bin freshness_probe -- <redis-url> <key-pattern> <every-nth> <out.csv> [<pulsar-url> <topic>]`
+//! `cargo run --profile dist -p feature-connector-bench --bin freshness_probe -- <redis-url> <key-pattern> <every-nth> <out.csv> [<pulsar-url> <topic>]`
 //! runs until stdin closes (or SIGTERM) and writes `wall_ms,freshness_ms,publish_freshness_ms`
 //! lines (the last field empty without a topic or when the event was not seen on it).
 

@@ -6,7 +6,7 @@
 //! `0..entities`: as many hashes are created, and then overwritten, as the connector's run
 //! leaves behind.
 //!
-//! `cargo run --release -p feature-connector-bench --bin hset_baseline -- <redis-url> <key-prefix> <writes> <entities> [<pipeline>]`
+//! `cargo run --profile dist -p feature-connector-bench --bin hset_baseline -- <redis-url> <key-prefix> <writes> <entities> [<pipeline>]`
 //! (pipeline default 500 commands) prints one JSON line with the rate.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};

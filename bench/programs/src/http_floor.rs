@@ -10,7 +10,7 @@
 //!   as the connector's listener sets it: what the framework adds to `canned`.
 //!
 //! ```text
-//! cargo run --release -p feature-connector-bench --bin http_floor -- --bind 127.0.0.1:6570 --mode canned
+//! cargo run --profile dist -p feature-connector-bench --bin http_floor -- --bind 127.0.0.1:6570 --mode canned
 //! ```
 
 use std::convert::Infallible;

@@ -5,7 +5,7 @@
 //! interval, seconds apart). Prints the commit latencies (each rollover's write → committed)
 //! of both phases as JSON.
 //!
-//!   cargo run --release -p feature-connector-bench --bin offline_history -- \
+//!   cargo run --profile dist -p feature-connector-bench --bin offline_history -- \
 //!       --store s3://bucket/prefix --pipeline history --rollovers 10000 --rows 20
 
 use std::collections::BTreeMap;

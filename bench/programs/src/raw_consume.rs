@@ -1,7 +1,7 @@
 //! The broker's consume ceiling through the same client library: receive and acknowledge
 //! `count` messages from the start of `topic`, decoding nothing and writing nowhere.
 //!
-//! `cargo run --release -p feature-connector-bench --bin raw_consume -- <pulsar-url> <topic> <count>`
+//! `cargo run --profile dist -p feature-connector-bench --bin raw_consume -- <pulsar-url> <topic> <count>`
 //! prints one JSON line with the rate, and the delivery latency (now − the message's publish
 //! time) at p50/p99: meaningful while a producer is publishing live, as the broker's own
 //! share of the freshness figures.

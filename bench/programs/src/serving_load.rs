@@ -23,7 +23,7 @@
 //! (tokio's timer fires on the next millisecond) is not counted against the server.
 //!
 //! ```text
-//! cargo run --release -p feature-connector-bench --bin serving_load -- \
+//! cargo run --profile dist -p feature-connector-bench --bin serving_load -- \
 //!   --mode feast --target 127.0.0.1:6566 --view serving_bench \
 //!   --features clicks_1h,views_1h --key entity_id --entities 100000 \
 //!   --batch 50 --connections 16 --warmup 2s --duration 10s [--rate 1000] [--pid server=123]

@@ -2,7 +2,7 @@
 //! start of `topic` with a deep receiver queue and acknowledge cumulatively every
 //! `ack-every` messages (and the last one), decoding nothing and writing nowhere.
 //!
-//! `cargo run --release -p feature-connector-bench --bin tuned_consume -- <pulsar-url> <topic> <count> [<receiver-queue> [<ack-every>]]`
+//! `cargo run --profile dist -p feature-connector-bench --bin tuned_consume -- <pulsar-url> <topic> <count> [<receiver-queue> [<ack-every>]]`
 //! (defaults 20,000 and 1,000) prints one JSON line with the rate.
 
 use futures::StreamExt;
