@@ -3,7 +3,7 @@ FROM rust:1.95-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler cmake && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --profile dist --locked --bin feature-connector
+RUN cargo build --profile dist --locked --features jemalloc --bin feature-connector
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \

@@ -10,5 +10,5 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --profile dist --quiet --workspace --bin feature-connector --bin offline_history
+cargo build --profile dist --quiet --workspace --features feature-connector/jemalloc --bin feature-connector --bin offline_history
 exec python3 bench/offline_startup.py "$@"

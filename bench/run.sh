@@ -14,7 +14,7 @@ bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
 # --workspace: the probes are binaries of bench/programs, a member outside the default ones.
-cargo build --profile dist --quiet --workspace --bin feature-connector --bin feature-connector-loadgen \
+cargo build --profile dist --quiet --workspace --features feature-connector/jemalloc --bin feature-connector --bin feature-connector-loadgen \
   --bin freshness_probe --bin raw_consume --bin tuned_consume --bin hset_baseline
 PY=$(bash bench/peers/setup_venv.sh | tail -1)
 JAVA_CP=$(bash bench/peers/java-consumer/build.sh | tail -1)

@@ -20,7 +20,7 @@ cd "$ROOT"
 bash scripts/services.sh start >&2
 # shellcheck disable=SC1091
 source .services/env
-cargo build --profile dist --quiet --workspace --bin feature-connector --bin feature-connector-loadgen \
+cargo build --profile dist --quiet --workspace --features feature-connector/jemalloc --bin feature-connector --bin feature-connector-loadgen \
   --bin serving_load --bin http_floor
 if [[ "${1:-}" == ingest ]]; then
   shift
