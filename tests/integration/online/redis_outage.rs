@@ -93,12 +93,7 @@ async fn nothing_is_acked_while_redis_is_down_and_everything_lands_after() {
     }
     let (_, metrics) = project.http_get("/metrics").await.expect("metrics");
     let count = |name: &str| -> u64 {
-        let series = format!("{name}{{pipeline=\"outage\",sink=\"online\"}} ");
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(series.as_str()))
-            .and_then(|value| value.trim().parse::<f64>().ok())
-            .map_or(0, |value| value as u64)
+        lane_metric(&metrics, name, "outage", "online").map_or(0, |value| value as u64)
     };
     let batches = count("feature_connector_batch_messages_count");
     let writes = count("feature_connector_sink_write_seconds_count");
