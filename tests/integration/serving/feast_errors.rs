@@ -3,6 +3,7 @@
 //! (Feast's error detail), as it does for `feast serve`'s typed refusals. The client's own
 //! registry knows what the servers do not (a view, a feature), so the requests reach them.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -13,7 +14,8 @@ use super::feast::read_with_feast;
 use crate::common::*;
 use crate::online::feast_python;
 
-/// A `feast serve` of a test's own, stopped when dropped.
+/// A `feast serve` of a test's own, in a process group of its own (it starts worker
+/// processes), all of which are stopped when dropped.
 struct FeastServe(Child);
 
 impl FeastServe {
@@ -23,6 +25,7 @@ impl FeastServe {
         let child = Command::new(feast)
             .args(["serve", "-h", "127.0.0.1", "-p", &port.to_string()])
             .current_dir(repo)
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).expect("feast serve log"))
             .spawn()
@@ -33,7 +36,12 @@ impl FeastServe {
 
 impl Drop for FeastServe {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        if let Ok(group) = i32::try_from(self.0.id()) {
+            // SAFETY: signals the process group this test started (its leader is our child).
+            unsafe {
+                libc::kill(-group, libc::SIGKILL);
+            }
+        }
         let _ = self.0.wait();
     }
 }
