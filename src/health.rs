@@ -8,11 +8,12 @@
 //! lane does not make the process unready: the model service beside it still reads the
 //! features already stored (docs/operations.md, readiness).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use prometheus_client::metrics::gauge::Gauge;
 
 use crate::metrics::{LaneLabels, Metrics};
 
@@ -50,8 +51,10 @@ impl Default for Health {
 /// One lane's messages waiting for acknowledgement and when it last made progress.
 pub struct LaneProgress {
     labels: LaneLabels,
-    /// Messages received and not acknowledged.
-    waiting: AtomicU64,
+    /// Messages received and not acknowledged: the lane's `messages_in_flight` gauge.
+    in_flight: Gauge,
+    /// The lane stopped: nothing of it waits any more.
+    stopped: AtomicBool,
     /// Epoch ms of the last acknowledgement, or of the first message received after the lane
     /// had none waiting.
     progress_ms: AtomicI64,
@@ -63,30 +66,39 @@ pub struct LaneProgress {
 impl LaneProgress {
     /// `count` messages were received.
     pub fn received(&self, count: u64) {
-        if self.waiting.fetch_add(count, Ordering::SeqCst) == 0 {
+        if self
+            .in_flight
+            .inc_by(i64::try_from(count).unwrap_or(i64::MAX))
+            <= 0
+        {
             self.progress_ms.store(now_ms(), Ordering::SeqCst);
         }
     }
 
     /// `count` messages were acknowledged.
     pub fn acknowledged(&self, count: u64) {
-        let _ = self
-            .waiting
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
-                Some(w.saturating_sub(count))
-            });
+        self.in_flight
+            .dec_by(i64::try_from(count).unwrap_or(i64::MAX));
         self.progress_ms.store(now_ms(), Ordering::SeqCst);
     }
 
     /// The lane stopped: nothing of it waits any more.
     pub fn stopped(&self) {
-        self.waiting.store(0, Ordering::SeqCst);
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// Messages waiting for acknowledgement; none once the lane stopped.
+    fn waiting(&self) -> i64 {
+        if self.stopped.load(Ordering::SeqCst) {
+            return 0;
+        }
+        self.in_flight.get()
     }
 
     /// How long messages have waited without any acknowledgement, as of `now_ms`; zero
     /// when none wait.
     pub fn waited(&self, now_ms: i64) -> Duration {
-        if self.waiting.load(Ordering::SeqCst) == 0 {
+        if self.waiting() <= 0 {
             return Duration::ZERO;
         }
         let since = self.progress_ms.load(Ordering::SeqCst);
@@ -102,7 +114,7 @@ impl LaneProgress {
                 self.labels.pipeline,
                 self.labels.sink,
                 waited.as_secs(),
-                self.waiting.load(Ordering::SeqCst),
+                self.waiting(),
                 self.patience.as_secs()
             )
         })
@@ -145,14 +157,23 @@ impl Health {
     }
 
     /// Tracks the progress of lane `sink` of `pipeline`, which may wait up to `patience` for
-    /// its sinks before it counts as stalled.
-    pub fn track_lane(&self, pipeline: &str, sink: &str, patience: Duration) -> Arc<LaneProgress> {
+    /// its sinks before it counts as stalled; its waiting messages are counted in `metrics`'
+    /// `messages_in_flight`.
+    pub fn track_lane(
+        &self,
+        pipeline: &str,
+        sink: &str,
+        patience: Duration,
+        metrics: &Metrics,
+    ) -> Arc<LaneProgress> {
+        let labels = LaneLabels {
+            pipeline: pipeline.to_string(),
+            sink: sink.to_string(),
+        };
         let progress = Arc::new(LaneProgress {
-            labels: LaneLabels {
-                pipeline: pipeline.to_string(),
-                sink: sink.to_string(),
-            },
-            waiting: AtomicU64::new(0),
+            in_flight: metrics.messages_in_flight.get_or_create(&labels).clone(),
+            labels,
+            stopped: AtomicBool::new(false),
             progress_ms: AtomicI64::new(now_ms()),
             patience,
         });
@@ -258,8 +279,8 @@ mod tests {
     #[test]
     fn a_lane_waiting_longer_than_its_patience_is_degraded_until_it_acknowledges() {
         let health = Health::default();
-        let lane = health.track_lane("p", "online", Duration::from_secs(30));
         let metrics = Metrics::new();
+        let lane = health.track_lane("p", "online", Duration::from_secs(30), &metrics);
         assert!(health.degraded().is_empty());
         lane.received(10);
         let start = lane.progress_ms.load(Ordering::SeqCst);
@@ -289,7 +310,13 @@ mod tests {
         );
         lane.received(5);
         lane.acknowledged(2);
-        assert_eq!(lane.waiting.load(Ordering::SeqCst), 3);
+        assert_eq!(lane.waiting(), 3);
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"feature_connector_messages_in_flight{pipeline="p",sink="online"} 3"#),
+            "the lane's waiting messages are its in-flight gauge"
+        );
         lane.stopped();
         assert_eq!(lane.waited(now_ms() + 60_000), Duration::ZERO);
     }

@@ -122,9 +122,12 @@ impl Lane {
             .map(|sink| sink.longest_hold())
             .max()
             .unwrap_or_default();
-        let progress = self
-            .health
-            .track_lane(&self.pipeline, &name, longest_hold + STALL_SLACK);
+        let progress = self.health.track_lane(
+            &self.pipeline,
+            &name,
+            longest_hold + STALL_SLACK,
+            &self.metrics,
+        );
         let span = tracing::info_span!("lane", pipeline = %self.pipeline, sink = %name);
         let mut running = Running {
             lane: self,
@@ -269,10 +272,6 @@ impl Running {
                     .batch_messages
                     .get_or_create(&labels)
                     .observe(count as f64);
-                metrics
-                    .messages_in_flight
-                    .get_or_create(&labels)
-                    .inc_by(i64::try_from(count).unwrap_or(i64::MAX));
                 self.progress.received(count);
                 let batch_span = tracing::debug_span!("batch", messages = messages.len());
                 if !self.process(messages).instrument(batch_span).await? {
@@ -406,10 +405,6 @@ impl Running {
             .messages_acked
             .get_or_create(&labels)
             .inc_by(released.len() as u64);
-        metrics
-            .messages_in_flight
-            .get_or_create(&labels)
-            .dec_by(i64::try_from(released.len()).unwrap_or(i64::MAX));
         self.progress.acknowledged(released.len() as u64);
         Ok(())
     }

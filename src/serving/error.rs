@@ -84,9 +84,7 @@ impl ApiError {
             ApiError::Query(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
-}
 
-impl ApiError {
     /// The class of `feast.errors` a Feast client raises for this refusal: Feast's own where
     /// it has one (an unknown feature view or service, a refused token), else the nearest
     /// base class.
