@@ -24,12 +24,7 @@ impl SinkSection for DeltaSinkConfig {
                 issues.push(issue_at(file, url, "offline.url", message));
             }
         }
-        let plain = |key: &str, message: &str| ConfigIssue {
-            file: file.to_path_buf(),
-            line: None,
-            key: Some(key.into()),
-            message: message.into(),
-        };
+        let plain = |key: &str, message: &str| ConfigIssue::at_key(file, key, message);
         if self.rollover_rows == 0 {
             issues.push(plain("offline.rollover_rows", "must be at least 1"));
         }
@@ -78,11 +73,10 @@ fn table_issues(
         .collect();
     match desired_schema(&Schema::new(fields), pipeline.event_time, granularity) {
         Ok(_) => Vec::new(),
-        Err(e) => vec![ConfigIssue {
-            file: pipeline.file.to_path_buf(),
-            line: None,
-            key: Some("offline".into()),
-            message: format!("the offline table cannot take the schema: {e}"),
-        }],
+        Err(e) => vec![ConfigIssue::at_key(
+            pipeline.file,
+            "offline",
+            format!("the offline table cannot take the schema: {e}"),
+        )],
     }
 }

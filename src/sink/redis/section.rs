@@ -17,30 +17,27 @@ impl SinkSection for RedisSinkConfig {
         let file = pipeline.file;
         let mut issues = Vec::new();
         if self.key_prefix.is_empty() || self.key_prefix.contains(char::is_whitespace) {
-            issues.push(ConfigIssue {
-                file: file.to_path_buf(),
-                line: None,
-                key: Some("online.key_prefix".into()),
-                message: "must be non-empty and without spaces".into(),
-            });
+            issues.push(ConfigIssue::at_key(
+                file,
+                "online.key_prefix",
+                "must be non-empty and without spaces",
+            ));
         }
         if self.layout == LayoutKind::Feast
             && self.feast_project.as_deref().is_none_or(str::is_empty)
         {
-            issues.push(ConfigIssue {
-                file: file.to_path_buf(),
-                line: None,
-                key: Some("online.feast_project".into()),
-                message: "the feast layout needs the Feast project name".into(),
-            });
+            issues.push(ConfigIssue::at_key(
+                file,
+                "online.feast_project",
+                "the feast layout needs the Feast project name",
+            ));
         }
         if self.ttl.is_some_and(|t| t.as_millis() == 0) {
-            issues.push(ConfigIssue {
-                file: file.to_path_buf(),
-                line: None,
-                key: Some("online.ttl".into()),
-                message: "must be positive; leave it out for no expiry".into(),
-            });
+            issues.push(ConfigIssue::at_key(
+                file,
+                "online.ttl",
+                "must be positive; leave it out for no expiry",
+            ));
         }
         if let (LayoutKind::Feast, Some(types)) = (self.layout, pipeline.types) {
             let features = types
@@ -48,14 +45,11 @@ impl SinkSection for RedisSinkConfig {
                 .filter(|(name, _)| pipeline.features.contains(name));
             for (name, data_type) in features {
                 if !feast_supports(data_type) {
-                    issues.push(ConfigIssue {
-                        file: file.to_path_buf(),
-                        line: None,
-                        key: Some("online.layout".into()),
-                        message: format!(
-                            "feature `{name}` of type {data_type} has no Feast value type"
-                        ),
-                    });
+                    issues.push(ConfigIssue::at_key(
+                        file,
+                        "online.layout",
+                        format!("feature `{name}` of type {data_type} has no Feast value type"),
+                    ));
                 }
             }
         }
@@ -84,15 +78,11 @@ pub fn overlapping_key_spaces(pipelines: &[(&str, &Path, &RedisSinkConfig)]) -> 
     for (i, (a, a_file, space_a)) in spaces.iter().enumerate() {
         for (b, b_file, space_b) in &spaces[i + 1..] {
             if space_a.starts_with(space_b.as_str()) || space_b.starts_with(space_a.as_str()) {
-                issues.push(ConfigIssue {
-                    file: b_file.to_path_buf(),
-                    line: None,
-                    key: Some("online.key_prefix".into()),
-                    message: format!(
-                        "pipeline `{b}` writes Redis keys `{space_b}…`, which overlap `{space_a}…` of pipeline `{a}` ({}); give one a distinct key_prefix",
-                        a_file.display()
-                    ),
-                });
+                let message = format!(
+                    "pipeline `{b}` writes Redis keys `{space_b}…`, which overlap `{space_a}…` of pipeline `{a}` ({}); give one a distinct key_prefix",
+                    a_file.display()
+                );
+                issues.push(ConfigIssue::at_key(b_file, "online.key_prefix", message));
             }
         }
     }

@@ -156,12 +156,11 @@ impl PulsarSourceConfig {
             self.topic_pattern.is_some(),
         ];
         if named.iter().filter(|&&set| set).count() != 1 {
-            issues.push(ConfigIssue {
-                file: file.to_path_buf(),
-                line: None,
-                key: Some("source.topic".into()),
-                message: "name exactly one of `topic`, `topics` or `topic_pattern`".into(),
-            });
+            issues.push(ConfigIssue::at_key(
+                file,
+                "source.topic",
+                "name exactly one of `topic`, `topics` or `topic_pattern`",
+            ));
         }
         let explicit = self.topic.iter().map(|t| ("source.topic", t));
         let listed = self.topics.iter().map(|t| ("source.topics", t));
@@ -200,12 +199,11 @@ impl PulsarSourceConfig {
             }
         }
         if self.max_batch_messages == 0 {
-            issues.push(ConfigIssue {
-                file: file.to_path_buf(),
-                line: None,
-                key: Some("source.max_batch_messages".into()),
-                message: "must be at least 1".into(),
-            });
+            issues.push(ConfigIssue::at_key(
+                file,
+                "source.max_batch_messages",
+                "must be at least 1",
+            ));
         }
         issues
     }
