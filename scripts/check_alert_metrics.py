@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Checks that every metric deploy/prometheus/alerts.yaml refers to is one the connector
-registers in src/metrics.rs.
+registers in src/metrics/.
 
 Takes every `feature_connector_<name>` in the rules file (expressions, and annotations that
 point operators at other metrics), strips the exposition suffixes `_total`, `_bucket`, `_sum`
 and `_count`, and looks the base name up among the names passed to `registry.register(` in
-src/metrics.rs (the registry adds the `feature_connector_` prefix). Stdlib only.
+src/metrics/ (the registry adds the `feature_connector_` prefix). Stdlib only.
 
     python3 scripts/check_alert_metrics.py [ALERTS_YAML [METRICS_RS]]
 
@@ -32,8 +32,9 @@ def base_name(name):
 
 def main(argv):
     alerts = Path(argv[1]) if len(argv) > 1 else ROOT / "deploy/prometheus/alerts.yaml"
-    metrics_rs = Path(argv[2]) if len(argv) > 2 else ROOT / "src/metrics.rs"
-    registered = set(REGISTER_RE.findall(metrics_rs.read_text()))
+    metrics_rs = Path(argv[2]) if len(argv) > 2 else ROOT / "src/metrics"
+    sources = sorted(metrics_rs.rglob("*.rs")) if metrics_rs.is_dir() else [metrics_rs]
+    registered = set(REGISTER_RE.findall("".join(f.read_text() for f in sources)))
     if not registered:
         print(f"check_alert_metrics: no registry.register(\"…\") names in {metrics_rs}", file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks the Prometheus alert rules in deploy/prometheus/: every metric they use is one
-# src/metrics.rs registers, `promtool check rules` accepts them, and the unit tests in
+# src/metrics/ registers, `promtool check rules` accepts them, and the unit tests in
 # alerts_test.yaml pass. Installs promtool (Debian's `prometheus` package) when missing.
 # Runs from any directory; exits non-zero on any failure.
 #
@@ -60,8 +60,8 @@ if [ -z "$PROMTOOL" ]; then
 fi
 
 command -v python3 >/dev/null 2>&1 || fail "python3 is needed for scripts/check_alert_metrics.py"
-python3 "$ROOT/scripts/check_alert_metrics.py" "$RULES" "$ROOT/src/metrics.rs" \
-    || fail "alerts.yaml uses a metric src/metrics.rs does not register"
+python3 "$ROOT/scripts/check_alert_metrics.py" "$RULES" "$ROOT/src/metrics" \
+    || fail "alerts.yaml uses a metric src/metrics/ does not register"
 
 "$PROMTOOL" check rules "$RULES" || fail "promtool check rules $RULES"
 

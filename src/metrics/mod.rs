@@ -1,5 +1,12 @@
 //! Prometheus metrics, labelled per pipeline and sink lane, and the process's readiness.
 
+mod consistency;
+
+pub use consistency::{
+    AuditFeatureLabels, AuditOutcomeLabels, AuditRunLabels, ConsistencyMetrics, FeatureLogLabels,
+    FloatGauge, ServedRowLabels,
+};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -119,6 +126,8 @@ pub struct Metrics {
     /// Cached rows dropped because Redis said their key changed, or because the connection
     /// that heard of changes was replaced (rows dropped to make room are not counted).
     pub serving_cache_invalidations: Counter,
+    /// Audit, freshness, coverage and feature-log metrics.
+    pub consistency: ConsistencyMetrics,
 }
 
 impl Default for Metrics {
@@ -294,7 +303,9 @@ impl Metrics {
             "Cached rows dropped because Redis said their key changed or the connection that tracked them was replaced",
             serving_cache_invalidations.clone(),
         );
+        let consistency = ConsistencyMetrics::register(&mut registry);
         Self {
+            consistency,
             registry,
             ack_wait_seconds,
             ack_wait_limit_seconds,
