@@ -13,7 +13,9 @@ use arrow::error::ArrowError;
 use prost::Message;
 
 use super::calls::EntityWrites;
-pub use super::feast_proto::{decode_timestamp, decode_value, decode_value_with, encode_timestamp};
+pub use super::feast_proto::{
+    decode_entity_key, decode_timestamp, decode_value, decode_value_with, encode_timestamp,
+};
 use super::feast_proto::{
     entity_key, BoolList, BytesList, DoubleList, FloatList, Int32List, Int64List, KeyValue,
     StringList, Val, Value,

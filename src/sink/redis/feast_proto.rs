@@ -225,6 +225,47 @@ pub fn entity_key(project: &str, keys: &[(&str, KeyValue<'_>)]) -> Vec<u8> {
     out
 }
 
+/// The join keys (name, value as text) of a key [`entity_key`] made for `project`; `None`
+/// for a key of another project or not in that serialization.
+pub fn decode_entity_key(key: &[u8], project: &str) -> Option<Vec<(String, String)>> {
+    let serialized = key.strip_suffix(project.as_bytes())?;
+    decode_entity_key_parts(serialized)
+}
+
+fn decode_entity_key_parts(mut rest: &[u8]) -> Option<Vec<(String, String)>> {
+    fn u32_at(rest: &mut &[u8]) -> Option<usize> {
+        let (head, tail) = rest.split_first_chunk::<4>()?;
+        *rest = tail;
+        usize::try_from(u32::from_le_bytes(*head)).ok()
+    }
+    fn bytes_at<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, tail) = (rest.get(..n)?, rest.get(n..)?);
+        *rest = tail;
+        Some(head)
+    }
+    let count = u32_at(&mut rest)?;
+    let mut names = Vec::with_capacity(count.min(16));
+    for _ in 0..count {
+        let _kind = u32_at(&mut rest)?;
+        let len = u32_at(&mut rest)?;
+        names.push(String::from_utf8(bytes_at(&mut rest, len)?.to_vec()).ok()?);
+    }
+    let mut keys = Vec::with_capacity(names.len());
+    for name in names {
+        let kind = u32_at(&mut rest)?;
+        let len = u32_at(&mut rest)?;
+        let raw = bytes_at(&mut rest, len)?;
+        let value = match kind {
+            2 => String::from_utf8(raw.to_vec()).ok()?,
+            3 => i32::from_le_bytes(raw.try_into().ok()?).to_string(),
+            4 => i64::from_le_bytes(raw.try_into().ok()?).to_string(),
+            _ => return None,
+        };
+        keys.push((name, value));
+    }
+    rest.is_empty().then_some(keys)
+}
+
 fn u32_le(n: usize) -> [u8; 4] {
     u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes()
 }
@@ -232,6 +273,26 @@ fn u32_le(n: usize) -> [u8; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entity_keys_decode_back_to_their_join_keys() {
+        let key = entity_key(
+            "proj",
+            &[
+                ("driver", KeyValue::Int64(-7)),
+                ("zone", KeyValue::String(b"a:b")),
+            ],
+        );
+        assert_eq!(
+            decode_entity_key(&key, "proj"),
+            Some(vec![
+                ("driver".to_string(), "-7".to_string()),
+                ("zone".to_string(), "a:b".to_string())
+            ])
+        );
+        assert_eq!(decode_entity_key(&key, "other"), None);
+        assert_eq!(decode_entity_key(b"junkproj", "proj"), None);
+    }
 
     #[test]
     fn timestamps_round_trip_and_match_the_hand_checked_bytes() {
