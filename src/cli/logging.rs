@@ -13,11 +13,12 @@ use tracing_log::AsLog;
 /// left out, whatever `RUST_LOG` says.
 const KERNEL_SNAPSHOT_REPORTS: &str = "buoyant_kernel::snapshot::builder=off";
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: `info`, pulsar-rs at `warn`); JSON lines
-/// when `FC_LOG_FORMAT=json`.
+/// Logs to stderr, filtered by `RUST_LOG` (default: `info`, pulsar-rs and the Delta kernel
+/// at `warn`: their info lines narrate each table read, which `audit` and a running audit
+/// make often); JSON lines when `FC_LOG_FORMAT=json`.
 pub fn init_logging() {
     let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pulsar=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pulsar=warn,buoyant_kernel=warn"));
     if let Ok(directive) = KERNEL_SNAPSHOT_REPORTS.parse() {
         filter = filter.add_directive(directive);
     }

@@ -1,6 +1,7 @@
 //! Command-line interface: `run`, `validate`, `produce`, `schemas`, `get`, `backfill`,
-//! `offline`.
+//! `offline`, `audit`.
 
+mod audit;
 mod backfill;
 mod get;
 mod logging;
@@ -45,6 +46,9 @@ enum Command {
     Offline(offline::OfflineArgs),
     /// Print the online feature values of entities as JSON.
     Get(get::GetArgs),
+    /// Compare a pipeline's online rows with its offline table's newest rows (training-
+    /// serving consistency); exit 1 when an entity is in a defect class.
+    Audit(audit::AuditArgs),
     /// Compare local schema files with the topic's registered versions, or register them.
     Schemas(schemas::SchemasArgs),
 }
@@ -123,6 +127,7 @@ pub fn main() -> ExitCode {
             Command::Produce(args) => produce::produce(&args),
             Command::Schemas(args) => schemas::schemas(args).await,
             Command::Get(args) => get::get(args).await,
+            Command::Audit(args) => audit::audit(args).await,
             Command::Backfill(args) => backfill::backfill(args).await,
             Command::Offline(args) => offline::offline(args).await,
         }

@@ -144,16 +144,7 @@ async fn open(
     pipeline: &PipelineConfig,
     config: &ConfigArgs,
 ) -> anyhow::Result<Table> {
-    let url = pipeline
-        .sinks
-        .offline
-        .as_ref()
-        .and_then(|o| o.url.as_ref())
-        .map_or(service.object_store.default_url.as_str(), |u| {
-            u.value.as_str()
-        });
-    let store = TableRoot::open(url, config.root(), &service.object_store.options)?;
-    let location = store.table(&pipeline.name)?;
+    let location = service.offline_table(pipeline, config.root())?;
     Ok(Table::open_existing(location).await?)
 }
 

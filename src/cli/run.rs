@@ -82,6 +82,19 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
             }
         }
     }
+    if service.audit.enabled {
+        let targets = pipelines
+            .iter()
+            .filter_map(|p| super::audit::audit_target(&service, p, args.root()))
+            .filter_map(Result::ok)
+            .collect();
+        tokio::spawn(crate::audit::continuous::run(
+            service.audit.clone(),
+            targets,
+            metrics.clone(),
+            cancel.clone(),
+        ));
+    }
     // The integration tests wait for this line before they send SIGTERM.
     tracing::info!(pipelines = pipelines.len(), "starting");
     let runtime = crate::pipeline::run(

@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{parse_yaml, read_yaml_file, ConfigError, ConfigIssue};
+use super::{parse_yaml, read_yaml_file, ConfigError, ConfigIssue, PipelineConfig};
+use crate::audit::AuditConfig;
 use crate::serving::ServingConfig;
-use crate::sink::delta::ObjectStoreServiceConfig;
+use crate::sink::delta::{ObjectStoreServiceConfig, StoreError, TableLocation, TableRoot};
 use crate::sink::redis::{RedisMode, RedisServiceConfig};
 use crate::source::pulsar::PulsarServiceConfig;
 
@@ -32,6 +33,10 @@ pub struct ServiceConfig {
     /// the section is left out.
     #[serde(default)]
     pub serving: ServingConfig,
+    /// The training–serving audit `run` makes while it runs; off when the section is left
+    /// out.
+    #[serde(default)]
+    pub audit: AuditConfig,
     /// How long a graceful shutdown may take before the process exits anyway.
     #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
     pub shutdown_timeout: std::time::Duration,
@@ -60,6 +65,9 @@ impl ServiceConfig {
         // `pulsar.auth`: which keys apply depends on its type, beyond what serde checks.
         let mut issues = service.pulsar.check(&file);
         issues.extend(service.serving_issues(&file));
+        for (key, message) in service.audit.problems() {
+            issues.push(ConfigIssue::at_key(&file, &format!("audit.{key}"), message));
+        }
         if issues.is_empty() {
             Ok(service)
         } else {
@@ -73,6 +81,22 @@ impl ServiceConfig {
             || PathBuf::from("<embedded config/default.yaml>"),
             Path::to_path_buf,
         )
+    }
+
+    /// Where `pipeline`'s offline table lives: its `offline.url`, or the store's default
+    /// root; relative `file://` paths resolve against `root`.
+    pub fn offline_table(
+        &self,
+        pipeline: &PipelineConfig,
+        root: &Path,
+    ) -> Result<TableLocation, StoreError> {
+        let url = pipeline
+            .sinks
+            .offline
+            .as_ref()
+            .and_then(|o| o.url.as_ref())
+            .map_or(self.object_store.default_url.as_str(), |u| u.value.as_str());
+        TableRoot::open(url, root, &self.object_store.options)?.table(&pipeline.name)
     }
 
     /// The serving section's own checks, and those against the other sections: the read

@@ -33,5 +33,5 @@ pub use guard::Guard;
 pub use read_cache::{CachedRow, ReadCache};
 pub use reader::{FeatureReader, Found, Lookup, QueryError};
 pub use server::{router, serve_reads, Reads, ServingState};
-pub use values::ValueStyle;
+pub use values::{feast_float, ValueStyle};
 pub use view::FeatureView;

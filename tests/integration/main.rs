@@ -10,6 +10,7 @@
 
 mod common;
 mod config_cli;
+mod consistency;
 mod offline;
 mod online;
 mod serving;

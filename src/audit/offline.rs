@@ -1,0 +1,201 @@
+//! The table's newest committed row per sampled entity: the active files of one snapshot,
+//! each read with only the key, event-time and feature columns, files outside the wanted
+//! time range skipped by their partition values, several files at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use futures::StreamExt;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+
+use super::classify::{EntityKey, OfflineRow};
+use super::sample::{entity_hash, Offered, SampleFilter, Sampler};
+use super::values::table_value;
+use super::AuditError;
+use crate::record::{event_time_millis, RowLayout};
+use crate::sink::delta::ops::partition_end_ms;
+use crate::sink::delta::{ActiveFile, Table};
+
+/// Files read at once.
+const FILES_AT_ONCE: usize = 4;
+
+/// What the table holds for the sampled entities.
+#[derive(Debug, Default)]
+pub struct TableRows {
+    /// Per entity, its newest rows.
+    pub rows: HashMap<EntityKey, OfflineRow>,
+    /// The snapshot's version.
+    pub version: u64,
+    /// Data files read (after pruning) and skipped.
+    pub files_read: usize,
+    /// Data files whose partition lies before the time range asked.
+    pub files_skipped: usize,
+    /// Rows read from them.
+    pub rows_read: u64,
+}
+
+/// One file's newest rows per admitted entity, with the entity's hash.
+type FileRows = (HashMap<EntityKey, (u64, OfflineRow)>, u64);
+
+/// Reads the newest row of every entity `sampler` takes from `table`'s current snapshot;
+/// files whose partition ended before `since_ms` are skipped.
+pub async fn newest_rows(
+    table: &Table,
+    layout: &RowLayout,
+    sampler: &mut Sampler,
+    since_ms: Option<i64>,
+) -> Result<TableRows, AuditError> {
+    let files = table.active_files().await?;
+    let mut out = TableRows {
+        version: table.version(),
+        ..TableRows::default()
+    };
+    let wanted: Vec<ActiveFile> = files
+        .into_iter()
+        .filter(|file| {
+            let keep = since_ms.is_none_or(|since| {
+                partition_end_ms(&file.partition).is_none_or(|end| end > since)
+            });
+            if !keep {
+                out.files_skipped += 1;
+            }
+            keep
+        })
+        .collect();
+    out.files_read = wanted.len();
+    let layout = Arc::new(layout.clone());
+    let filter = sampler.filter();
+    let mut reads = futures::stream::iter(wanted)
+        .map(|file| read_file(table.store().clone(), file, layout.clone(), filter.clone()))
+        .buffer_unordered(FILES_AT_ONCE);
+    while let Some(read) = reads.next().await {
+        let (rows, read) = read?;
+        out.rows_read += read;
+        for (key, (hash, row)) in rows {
+            match sampler.offer(&key, hash) {
+                Offered::Refused => continue,
+                Offered::KeptEvicting(evicted) => {
+                    out.rows.remove(&evicted);
+                }
+                Offered::Kept => {}
+            }
+            match out.rows.get_mut(&key) {
+                Some(newest) => newest.merge(row),
+                None => {
+                    out.rows.insert(key, row);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn read_file(
+    store: Arc<dyn ObjectStore>,
+    file: ActiveFile,
+    layout: Arc<RowLayout>,
+    filter: Arc<SampleFilter>,
+) -> Result<FileRows, AuditError> {
+    let failed = |why: String| AuditError::Table(format!("reading {}: {why}", file.path));
+    let bytes = store
+        .get(&StorePath::from(file.path.as_str()))
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .bytes()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    tokio::task::spawn_blocking(move || -> Result<FileRows, String> {
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| e.to_string())?;
+        let columns = layout.columns();
+        let roots: Vec<usize> = builder
+            .schema()
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, field)| columns.contains(field.name()))
+            .map(|(index, _)| index)
+            .collect();
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(16_384)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut rows = HashMap::new();
+        let mut read = 0;
+        for batch in reader {
+            let batch = batch.map_err(|e| e.to_string())?;
+            read += batch.num_rows() as u64;
+            newest_in_batch(&batch, &layout, &filter, &mut rows).map_err(|e| e.to_string())?;
+        }
+        Ok((rows, read))
+    })
+    .await
+    .map_err(|e| failed(e.to_string()))?
+    .map_err(failed)
+}
+
+/// Folds `batch`'s rows of admitted entities into `rows`.
+fn newest_in_batch(
+    batch: &RecordBatch,
+    layout: &RowLayout,
+    filter: &SampleFilter,
+    rows: &mut HashMap<EntityKey, (u64, OfflineRow)>,
+) -> Result<(), arrow::error::ArrowError> {
+    let options = FormatOptions::default().with_null("");
+    let keys: Vec<ArrayFormatter<'_>> = layout
+        .keys
+        .iter()
+        .map(|name| {
+            let column = batch.column_by_name(name).ok_or_else(|| {
+                arrow::error::ArrowError::SchemaError(format!(
+                    "the table has no key column `{name}`"
+                ))
+            })?;
+            ArrayFormatter::try_new(column.as_ref(), &options)
+        })
+        .collect::<Result<_, _>>()?;
+    let Some(time) = batch.column_by_name(&layout.event_time) else {
+        return Err(arrow::error::ArrowError::SchemaError(format!(
+            "the table has no event-time column `{}`",
+            layout.event_time
+        )));
+    };
+    let features: Vec<Option<&ArrayRef>> = layout
+        .features
+        .iter()
+        .map(|name| batch.column_by_name(name))
+        .collect();
+    let values_of = |row: usize| -> Vec<serde_json::Value> {
+        features
+            .iter()
+            .map(|column| column.map_or(serde_json::Value::Null, |c| table_value(c, row)))
+            .collect()
+    };
+    for row in 0..batch.num_rows() {
+        let key: EntityKey = keys.iter().map(|f| f.value(row).to_string()).collect();
+        let hash = entity_hash(&key);
+        if !filter.admits(&key, hash) {
+            continue;
+        }
+        let Some(at) = event_time_millis(time, row) else {
+            continue;
+        };
+        match rows.get_mut(&key) {
+            Some((_, newest)) => newest.offer(at, || values_of(row)),
+            None => {
+                let newest = OfflineRow {
+                    event_time_ms: at,
+                    candidates: vec![values_of(row)],
+                };
+                rows.insert(key, (hash, newest));
+            }
+        }
+    }
+    Ok(())
+}
