@@ -15,6 +15,7 @@ mod offline;
 mod online;
 mod report;
 mod sample;
+mod served;
 mod values;
 
 use std::collections::HashSet;
@@ -24,6 +25,7 @@ pub use classify::{compare, EntityKey, OfflineRow, OnlineRow, Outcome};
 pub use config::AuditConfig;
 pub use report::{AuditReport, Example, FeatureReport, LagReport};
 pub use sample::{entity_hash, Selection};
+pub use served::audit_served;
 
 use crate::record::RowLayout;
 use crate::serving::{FeatureReader, FeatureView, QueryError};

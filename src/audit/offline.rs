@@ -2,7 +2,7 @@
 //! each read with only the key, event-time and feature columns, files outside the wanted
 //! time range skipped by their partition values, several files at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
@@ -39,9 +39,6 @@ pub struct TableRows {
     pub rows_read: u64,
 }
 
-/// One file's newest rows per admitted entity, with the entity's hash.
-type FileRows = (HashMap<EntityKey, (u64, OfflineRow)>, u64);
-
 /// Reads the newest row of every entity `sampler` takes from `table`'s current snapshot;
 /// files whose partition ended before `since_ms` are skipped.
 pub async fn newest_rows(
@@ -71,7 +68,16 @@ pub async fn newest_rows(
     let layout = Arc::new(layout.clone());
     let filter = sampler.filter();
     let mut reads = futures::stream::iter(wanted)
-        .map(|file| read_file(table.store().clone(), file, layout.clone(), filter.clone()))
+        .map(|file| {
+            let (layout, filter) = (layout.clone(), filter.clone());
+            fold_file(
+                table.store().clone(),
+                file.path,
+                layout.columns(),
+                HashMap::new(),
+                move |batch, rows| newest_in_batch(batch, &layout, &filter, rows),
+            )
+        })
         .buffer_unordered(FILES_AT_ONCE);
     while let Some(read) = reads.next().await {
         let (rows, read) = read?;
@@ -95,23 +101,96 @@ pub async fn newest_rows(
     Ok(out)
 }
 
-async fn read_file(
+/// Every row (event time, values) of `entities` with an event time up to `until_ms`, per
+/// entity in event-time order; files of partitions that start after `until_ms` are not read.
+pub async fn history_rows(
+    table: &Table,
+    layout: &RowLayout,
+    entities: Arc<HashSet<EntityKey>>,
+    until_ms: i64,
+) -> Result<(HashMap<EntityKey, Vec<(i64, Vec<serde_json::Value>)>>, u64), AuditError> {
+    let files: Vec<ActiveFile> = table
+        .active_files()
+        .await?
+        .into_iter()
+        .filter(|file| partition_start_ms(&file.partition).is_none_or(|start| start <= until_ms))
+        .collect();
+    let layout = Arc::new(layout.clone());
+    let mut reads = futures::stream::iter(files)
+        .map(|file| {
+            let (layout, entities) = (layout.clone(), entities.clone());
+            fold_file(
+                table.store().clone(),
+                file.path,
+                layout.columns(),
+                HashMap::new(),
+                move |batch, rows: &mut HashMap<EntityKey, Vec<(i64, Vec<serde_json::Value>)>>| {
+                    let keys = key_columns(batch, &layout.keys)?;
+                    let time = required(batch, &layout.event_time)?;
+                    let features: Vec<Option<&ArrayRef>> =
+                        layout.features.iter().map(|name| batch.column_by_name(name)).collect();
+                    for row in 0..batch.num_rows() {
+                        let key: EntityKey = keys.iter().map(|f| f.value(row).to_string()).collect();
+                        if !entities.contains(&key) {
+                            continue;
+                        }
+                        if let Some(at) = event_time_millis(time, row).filter(|at| *at <= until_ms) {
+                            rows.entry(key).or_default().push((at, feature_values(&features, row)));
+                        }
+                    }
+                    Ok(())
+                },
+            )
+        })
+        .buffer_unordered(FILES_AT_ONCE);
+    let mut history: HashMap<EntityKey, Vec<(i64, Vec<serde_json::Value>)>> = HashMap::new();
+    let mut read_total = 0;
+    while let Some(read) = reads.next().await {
+        let (rows, read) = read?;
+        read_total += read;
+        for (key, mut events) in rows {
+            history.entry(key).or_default().append(&mut events);
+        }
+    }
+    for events in history.values_mut() {
+        events.sort_by_key(|(at, _)| *at);
+    }
+    Ok((history, read_total))
+}
+
+/// When the partition `values` starts, epoch ms (its end less an hour or a day).
+fn partition_start_ms(values: &std::collections::BTreeMap<String, Option<String>>) -> Option<i64> {
+    let span = if values.contains_key(crate::sink::delta::HOUR_COLUMN) {
+        3_600_000
+    } else {
+        86_400_000
+    };
+    partition_end_ms(values).map(|end| end - span)
+}
+
+/// Reads the file at `path` of `store` with only `columns`, folding each record batch into
+/// `state` on a blocking thread; returns the state and the rows read.
+pub(super) async fn fold_file<S, F>(
     store: Arc<dyn ObjectStore>,
-    file: ActiveFile,
-    layout: Arc<RowLayout>,
-    filter: Arc<SampleFilter>,
-) -> Result<FileRows, AuditError> {
-    let failed = |why: String| AuditError::Table(format!("reading {}: {why}", file.path));
+    path: String,
+    columns: Vec<String>,
+    mut state: S,
+    fold: F,
+) -> Result<(S, u64), AuditError>
+where
+    S: Send + 'static,
+    F: Fn(&RecordBatch, &mut S) -> Result<(), arrow::error::ArrowError> + Send + 'static,
+{
+    let failed = |why: String| AuditError::Table(format!("reading {path}: {why}"));
     let bytes = store
-        .get(&StorePath::from(file.path.as_str()))
+        .get(&StorePath::from(path.as_str()))
         .await
         .map_err(|e| failed(e.to_string()))?
         .bytes()
         .await
         .map_err(|e| failed(e.to_string()))?;
-    tokio::task::spawn_blocking(move || -> Result<FileRows, String> {
+    tokio::task::spawn_blocking(move || -> Result<(S, u64), String> {
         let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| e.to_string())?;
-        let columns = layout.columns();
         let roots: Vec<usize> = builder
             .schema()
             .fields()
@@ -126,18 +205,51 @@ async fn read_file(
             .with_batch_size(16_384)
             .build()
             .map_err(|e| e.to_string())?;
-        let mut rows = HashMap::new();
         let mut read = 0;
         for batch in reader {
             let batch = batch.map_err(|e| e.to_string())?;
             read += batch.num_rows() as u64;
-            newest_in_batch(&batch, &layout, &filter, &mut rows).map_err(|e| e.to_string())?;
+            fold(&batch, &mut state).map_err(|e| e.to_string())?;
         }
-        Ok((rows, read))
+        Ok((state, read))
     })
     .await
     .map_err(|e| failed(e.to_string()))?
     .map_err(failed)
+}
+
+/// Formatters of `batch`'s key columns: row `i`'s entity is their values as text.
+pub(super) fn key_columns<'a>(
+    batch: &'a RecordBatch,
+    keys: &[String],
+) -> Result<Vec<ArrayFormatter<'a>>, arrow::error::ArrowError> {
+    let options = FormatOptions::default().with_null("");
+    keys.iter()
+        .map(|name| {
+            let column = batch.column_by_name(name).ok_or_else(|| {
+                arrow::error::ArrowError::SchemaError(format!("the table has no key column `{name}`"))
+            })?;
+            ArrayFormatter::try_new(column.as_ref(), &options)
+        })
+        .collect()
+}
+
+/// A required column of `batch`.
+pub(super) fn required<'a>(
+    batch: &'a RecordBatch,
+    name: &str,
+) -> Result<&'a ArrayRef, arrow::error::ArrowError> {
+    batch.column_by_name(name).ok_or_else(|| {
+        arrow::error::ArrowError::SchemaError(format!("the table has no column `{name}`"))
+    })
+}
+
+/// Row `row`'s values of `features` (null for a column the file lacks).
+pub(super) fn feature_values(features: &[Option<&ArrayRef>], row: usize) -> Vec<serde_json::Value> {
+    features
+        .iter()
+        .map(|column| column.map_or(serde_json::Value::Null, |c| table_value(c, row)))
+        .collect()
 }
 
 /// Folds `batch`'s rows of admitted entities into `rows`.
@@ -147,36 +259,14 @@ fn newest_in_batch(
     filter: &SampleFilter,
     rows: &mut HashMap<EntityKey, (u64, OfflineRow)>,
 ) -> Result<(), arrow::error::ArrowError> {
-    let options = FormatOptions::default().with_null("");
-    let keys: Vec<ArrayFormatter<'_>> = layout
-        .keys
-        .iter()
-        .map(|name| {
-            let column = batch.column_by_name(name).ok_or_else(|| {
-                arrow::error::ArrowError::SchemaError(format!(
-                    "the table has no key column `{name}`"
-                ))
-            })?;
-            ArrayFormatter::try_new(column.as_ref(), &options)
-        })
-        .collect::<Result<_, _>>()?;
-    let Some(time) = batch.column_by_name(&layout.event_time) else {
-        return Err(arrow::error::ArrowError::SchemaError(format!(
-            "the table has no event-time column `{}`",
-            layout.event_time
-        )));
-    };
+    let keys = key_columns(batch, &layout.keys)?;
+    let time = required(batch, &layout.event_time)?;
     let features: Vec<Option<&ArrayRef>> = layout
         .features
         .iter()
         .map(|name| batch.column_by_name(name))
         .collect();
-    let values_of = |row: usize| -> Vec<serde_json::Value> {
-        features
-            .iter()
-            .map(|column| column.map_or(serde_json::Value::Null, |c| table_value(c, row)))
-            .collect()
-    };
+    let values_of = |row: usize| feature_values(&features, row);
     for row in 0..batch.num_rows() {
         let key: EntityKey = keys.iter().map(|f| f.value(row).to_string()).collect();
         let hash = entity_hash(&key);
