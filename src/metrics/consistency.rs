@@ -166,6 +166,19 @@ impl ConsistencyMetrics {
             newest_event_ms as f64 / 1000.0,
         );
     }
+
+    /// Counts `rows` entity rows of `view` answered with `status` (none: nothing counted).
+    pub fn served(&self, view: &str, status: &'static str, rows: u64) {
+        if rows == 0 {
+            return;
+        }
+        self.serving_rows
+            .get_or_create(&ServedRowLabels {
+                view: view.to_string(),
+                status,
+            })
+            .inc_by(rows);
+    }
 }
 
 /// Sets `gauge` to `value` unless it holds more already: a gauge that only moves forward,
@@ -203,5 +216,21 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn served_rows_are_counted_by_view_and_status_and_zero_adds_no_series() {
+        let metrics = Metrics::new();
+        metrics.consistency.served("users", "PRESENT", 3);
+        metrics.consistency.served("users", "PRESENT", 2);
+        metrics.consistency.served("users", "NOT_FOUND", 0);
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"feature_connector_serving_rows_total{view="users",status="PRESENT"} 5"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("NOT_FOUND"), "{text}");
     }
 }
