@@ -8,6 +8,7 @@
 //! lane does not make the process unready: the model service beside it still reads the
 //! features already stored (docs/operations.md, readiness).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::metrics::{LaneLabels, Metrics};
+use crate::metrics::{LaneLabels, Metrics, PipelineLabels};
 
 /// One dependency `/readyz` checks.
 #[async_trait]
@@ -61,7 +62,13 @@ pub struct LaneProgress {
     /// How long the lane may normally wait for its sinks (its longest hold, e.g. a rollover
     /// interval, and some slack); longer is a stall.
     patience: Duration,
+    /// Newest event time (epoch ms) among the rows the lane decoded; [`NO_EVENT`] before
+    /// the first.
+    newest_event_ms: AtomicI64,
 }
+
+/// [`LaneProgress::newest_event_ms`] before the lane decoded any row.
+const NO_EVENT: i64 = i64::MIN;
 
 impl LaneProgress {
     /// `count` messages were received.
@@ -80,6 +87,17 @@ impl LaneProgress {
         self.in_flight
             .dec_by(i64::try_from(count).unwrap_or(i64::MAX));
         self.progress_ms.store(now_ms(), Ordering::SeqCst);
+    }
+
+    /// The lane decoded rows whose newest event time is `newest_ms` (epoch ms): one call
+    /// per batch, for `newest_event_age_seconds`.
+    pub fn decoded_events_up_to(&self, newest_ms: i64) {
+        self.newest_event_ms.fetch_max(newest_ms, Ordering::Relaxed);
+    }
+
+    /// Newest event time the lane decoded (epoch ms), if any.
+    fn newest_event(&self) -> Option<i64> {
+        Some(self.newest_event_ms.load(Ordering::Relaxed)).filter(|&ms| ms != NO_EVENT)
     }
 
     /// The lane stopped: nothing of it waits any more.
@@ -119,6 +137,21 @@ impl LaneProgress {
             )
         })
     }
+}
+
+/// Per pipeline, the newest event time any of its lanes decoded (epoch ms); pipelines
+/// without one yet are left out.
+fn newest_events(lanes: &[Arc<LaneProgress>]) -> BTreeMap<String, i64> {
+    let mut newest = BTreeMap::new();
+    for lane in lanes {
+        if let Some(ms) = lane.newest_event() {
+            newest
+                .entry(lane.labels.pipeline.clone())
+                .and_modify(|known: &mut i64| *known = (*known).max(ms))
+                .or_insert(ms);
+        }
+    }
+    newest
 }
 
 fn now_ms() -> i64 {
@@ -176,8 +209,15 @@ impl Health {
             stopped: AtomicBool::new(false),
             progress_ms: AtomicI64::new(now_ms()),
             patience,
+            newest_event_ms: AtomicI64::new(NO_EVENT),
         });
         if let Ok(mut lanes) = self.progress.write() {
+            // A lane started again keeps the newest event its predecessor saw.
+            for earlier in lanes.iter().filter(|lane| lane.labels == progress.labels) {
+                if let Some(newest) = earlier.newest_event() {
+                    progress.decoded_events_up_to(newest);
+                }
+            }
             lanes.retain(|lane| lane.labels != progress.labels);
             lanes.push(Arc::clone(&progress));
         }
@@ -200,10 +240,19 @@ impl Health {
             .collect()
     }
 
-    /// Sets `ack_wait_seconds` and `ack_wait_limit_seconds` of every lane (at each scrape).
+    /// Sets `ack_wait_seconds` and `ack_wait_limit_seconds` of every lane and
+    /// `newest_event_age_seconds` of every pipeline (at each scrape).
     pub fn record(&self, metrics: &Metrics) {
         let now = now_ms();
-        for lane in self.lanes() {
+        let lanes = self.lanes();
+        for (pipeline, newest) in newest_events(&lanes) {
+            metrics
+                .consistency
+                .newest_event_age_seconds
+                .get_or_create(&PipelineLabels { pipeline })
+                .set(now.saturating_sub(newest).max(0) as f64 / 1000.0);
+        }
+        for lane in lanes {
             metrics
                 .ack_wait_seconds
                 .get_or_create(&lane.labels)
@@ -319,5 +368,44 @@ mod tests {
         );
         lane.stopped();
         assert_eq!(lane.waited(now_ms() + 60_000), Duration::ZERO);
+    }
+
+    #[test]
+    fn newest_event_age_is_the_pipelines_newest_event_across_its_lanes_at_scrape() {
+        let health = Health::default();
+        let metrics = Metrics::new();
+        let patience = Duration::from_secs(30);
+        let online = health.track_lane("p", "online", patience, &metrics);
+        let offline = health.track_lane("p", "offline", patience, &metrics);
+        let _idle = health.track_lane("idle", "online", patience, &metrics);
+        let now = now_ms();
+        online.decoded_events_up_to(now - 90_000);
+        offline.decoded_events_up_to(now - 30_000);
+        offline.decoded_events_up_to(now - 60_000);
+        health.record(&metrics);
+        let age = |text: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| {
+                    l.starts_with(r#"feature_connector_newest_event_age_seconds{pipeline="p"}"#)
+                })
+                .unwrap_or_else(|| panic!("no age in {text}"));
+            line.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap()
+        };
+        let text = metrics.encode();
+        assert!((30.0..35.0).contains(&age(&text)), "{text}");
+        assert!(
+            !text.contains(r#"newest_event_age_seconds{pipeline="idle"}"#),
+            "{text}"
+        );
+        // Started again, the lane keeps what it had seen; events in the future are age 0.
+        let again = health.track_lane("p", "offline", patience, &metrics);
+        assert_eq!(again.newest_event(), Some(now - 30_000));
+        again.decoded_events_up_to(now + 60_000);
+        health.record(&metrics);
+        assert_eq!(age(&metrics.encode()), 0.0);
     }
 }

@@ -6,7 +6,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::PipelineLabels;
 
@@ -153,5 +153,84 @@ impl ConsistencyMetrics {
             metrics.feature_log_rows.clone(),
         );
         metrics
+    }
+
+    /// The online store of `pipeline` acknowledged events up to `newest_event_ms` (epoch
+    /// ms): `online_newest_event_time_seconds` moves forward to it, never back.
+    pub fn online_acknowledged(&self, pipeline: &str, newest_event_ms: i64) {
+        let labels = PipelineLabels {
+            pipeline: pipeline.to_string(),
+        };
+        raise(
+            &self.online_newest_event_time_seconds.get_or_create(&labels),
+            newest_event_ms as f64 / 1000.0,
+        );
+    }
+
+    /// Counts `rows` entity rows of `view` answered with `status` (none: nothing counted).
+    pub fn served(&self, view: &str, status: &'static str, rows: u64) {
+        if rows == 0 {
+            return;
+        }
+        self.serving_rows
+            .get_or_create(&ServedRowLabels {
+                view: view.to_string(),
+                status,
+            })
+            .inc_by(rows);
+    }
+}
+
+/// Sets `gauge` to `value` unless it holds more already: a gauge that only moves forward,
+/// whichever of several writers gets there first.
+pub fn raise(gauge: &FloatGauge, value: f64) {
+    // `None` (already as high) leaves the gauge as it is: nothing to report.
+    let _unchanged = gauge
+        .inner()
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+            (value > f64::from_bits(bits)).then_some(value.to_bits())
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Metrics;
+
+    #[test]
+    fn the_online_newest_event_time_only_moves_forward() {
+        let metrics = Metrics::new();
+        let consistency = &metrics.consistency;
+        consistency.online_acknowledged("p", 1_791_000_000_500);
+        consistency.online_acknowledged("p", 1_790_000_000_000);
+        consistency.online_acknowledged("q", 1_000);
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"feature_connector_online_newest_event_time_seconds{pipeline="p"} 1791000000.5"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"feature_connector_online_newest_event_time_seconds{pipeline="q"} 1.0"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn served_rows_are_counted_by_view_and_status_and_zero_adds_no_series() {
+        let metrics = Metrics::new();
+        metrics.consistency.served("users", "PRESENT", 3);
+        metrics.consistency.served("users", "PRESENT", 2);
+        metrics.consistency.served("users", "NOT_FOUND", 0);
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"feature_connector_serving_rows_total{view="users",status="PRESENT"} 5"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("NOT_FOUND"), "{text}");
     }
 }

@@ -14,7 +14,7 @@ use super::dead_letter::DeadLetter;
 use super::sink_task::{self, SinkHandle, SinkReport, SinkTaskContext};
 use crate::health::{Health, LaneProgress};
 use crate::metrics::{DeadLetterLabels, LaneLabels, Metrics};
-use crate::record::RowBatch;
+use crate::record::{max_event_time_millis, RowBatch};
 use crate::retry::Backoff;
 use crate::schema::{DecodeFailure, TopicDecoders};
 use crate::sink::{Sink, SinkError};
@@ -310,6 +310,10 @@ impl Running {
             .messages_decoded
             .get_or_create(&self.labels())
             .inc_by((messages.len() - decoded.failures.len()) as u64);
+        let event_time = decoded.rows.column_by_name(self.lane.decoder.event_time());
+        if let Some(newest) = event_time.and_then(max_event_time_millis) {
+            self.progress.decoded_events_up_to(newest);
+        }
         let batch = RowBatch {
             rows: decoded.rows,
             publish_times_ms: messages.iter().map(|m| m.publish_time_ms).collect(),

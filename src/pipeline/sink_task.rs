@@ -221,6 +221,11 @@ async fn write(
     if written.is_ok() {
         if fresh {
             observe_freshness(metrics, &context.labels, &publish_times, &event_times);
+            if let Some(&newest) = event_times.iter().max() {
+                metrics
+                    .consistency
+                    .online_acknowledged(&context.labels.pipeline, newest);
+            }
         }
         metrics
             .rows_written

@@ -88,6 +88,28 @@ pub fn event_time_millis(column: &ArrayRef, row: usize) -> Option<i64> {
     })
 }
 
+/// Newest event time of `column` in epoch milliseconds (nulls skipped), one vectorised
+/// pass over the batch; `None` when it holds no event time.
+pub fn max_event_time_millis(column: &ArrayRef) -> Option<i64> {
+    use arrow::compute::max;
+    match column.data_type() {
+        DataType::Int64 => max(column.as_primitive::<Int64Type>()),
+        DataType::Timestamp(TimeUnit::Second, _) => {
+            max(column.as_primitive::<TimestampSecondType>()).map(|s| s.saturating_mul(1000))
+        }
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            max(column.as_primitive::<TimestampMillisecondType>())
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            max(column.as_primitive::<TimestampMicrosecondType>()).map(|us| us / 1000)
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+            max(column.as_primitive::<TimestampNanosecondType>()).map(|ns| ns / 1_000_000)
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -105,5 +127,20 @@ mod tests {
             TimestampMicrosecondArray::from(vec![1_700_000_000_123_456]).with_timezone("+00:00"),
         );
         assert_eq!(event_time_millis(&micros, 0), Some(1_700_000_000_123));
+    }
+
+    #[test]
+    fn newest_event_time_of_a_column_skips_nulls() {
+        let longs: ArrayRef = Arc::new(Int64Array::from(vec![Some(5), None, Some(9), Some(7)]));
+        assert_eq!(max_event_time_millis(&longs), Some(9));
+        let micros: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![
+            1_700_000_000_123_456,
+            1_600_000_000_000_000,
+        ]));
+        assert_eq!(max_event_time_millis(&micros), Some(1_700_000_000_123));
+        let nulls: ArrayRef = Arc::new(Int64Array::from(vec![None::<i64>]));
+        assert_eq!(max_event_time_millis(&nulls), None);
+        let text: ArrayRef = Arc::new(arrow::array::StringArray::from(vec!["1"]));
+        assert_eq!(max_event_time_millis(&text), None);
     }
 }

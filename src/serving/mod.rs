@@ -14,6 +14,7 @@
 
 mod body;
 mod config;
+mod coverage;
 mod error;
 pub mod feast;
 mod guard;

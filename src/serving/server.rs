@@ -35,11 +35,14 @@ pub struct ServingState {
     pub max_entities: usize,
     /// Feature services by name (`view` or `view:feature` entries).
     pub services: Arc<BTreeMap<String, Vec<String>>>,
+    /// Where answered rows are counted (`serving_rows_total`).
+    pub metrics: Arc<Metrics>,
 }
 
 impl ServingState {
-    /// The state for `config`'s limits and services, reading through `reads`.
-    pub fn new(config: &ServingConfig, reads: Reads) -> Self {
+    /// The state for `config`'s limits and services, reading through `reads` and counting
+    /// answered rows in `metrics`.
+    pub fn new(config: &ServingConfig, reads: Reads, metrics: Arc<Metrics>) -> Self {
         Self {
             reads: Arc::new(reads),
             body: BodyLimits {
@@ -48,6 +51,7 @@ impl ServingState {
             },
             max_entities: config.max_entities_per_request,
             services: Arc::new(config.feature_services.clone()),
+            metrics,
         }
     }
 
@@ -105,13 +109,14 @@ pub async fn serve_reads(
         token = token.is_some(),
         "feature reads listening (POST /get-online-features, /v1/features)"
     );
+    let state = ServingState::new(config, reads, Arc::clone(&metrics));
     let guard = Guard::new(
         token,
         config.max_concurrent_requests,
         config.request_timeout,
         metrics,
     );
-    let router = router(ServingState::new(config, reads), guard);
+    let router = router(state, guard);
     // Connections beyond the requests in flight are idle keep-alives and clients between
     // requests; four per slot leaves room for those without letting them grow unbounded.
     let limits = ConnectionLimits {

@@ -10,6 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 
 use super::body::read_json;
+use super::coverage;
 use super::error::ApiError;
 use super::server::ServingState;
 
@@ -114,5 +115,11 @@ async fn query(
             )));
         }
     }
-    Ok(state.reader()?.get(view, entities, features).await?)
+    let results = state.reader()?.get(view, entities, features).await?;
+    let found = results
+        .iter()
+        .filter(|result| result["found"] == serde_json::Value::Bool(true))
+        .count();
+    coverage::count_v1_rows(&state.metrics, view, found as u64, results.len() as u64);
+    Ok(results)
 }

@@ -12,6 +12,7 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
 use super::body::read_json;
+use super::coverage;
 use super::error::ApiError;
 use super::server::ServingState;
 pub use json::FeastJson;
@@ -44,10 +45,12 @@ async fn answer(state: &ServingState, request: Request) -> Result<Vec<u8>, ApiEr
         state.max_entities,
     )?;
     let found = reader.lookup(&plan.views).await?;
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    coverage::count_feast_rows(&state.metrics, &plan.views, &found, now_ms);
     let answer = response::build(
         &plan,
         &found,
-        chrono::Utc::now().timestamp_millis(),
+        now_ms,
         body.full_feature_names,
         body.include_feature_view_version_metadata,
     );

@@ -80,7 +80,7 @@ kinds = sorted(d["kind"] for d in docs)
 deploy = next(d for d in docs if d["kind"] == "Deployment")
 sidecar = next(c for c in deploy["spec"]["template"]["spec"]["containers"] if c["name"] == "feature-connector")
 dashboard = json.load(open(sys.argv[2]))
-exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
 env = {e["name"]: e.get("value") for e in sidecar["env"]}
 compose = yaml.safe_load(open(sys.argv[3]))["services"]["connector"]
 volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
@@ -175,6 +175,7 @@ print(json.dumps({"kinds": kinds, "args": sidecar["args"], "live": sidecar["live
             reason: "undecodable".into(),
         })
         .inc();
+    fill_consistency_metrics(&metrics);
     let exported = metrics.encode();
     for expr in found["exprs"].as_array().expect("exprs") {
         let expr = expr.as_str().unwrap_or_default();
@@ -188,4 +189,71 @@ print(json.dumps({"kinds": kinds, "args": sidecar["args"], "live": sidecar["live
             );
         }
     }
+}
+
+/// One series of each consistency metric, as a connector that audits, serves and logs
+/// features exports them.
+fn fill_consistency_metrics(metrics: &feature_connector::metrics::Metrics) {
+    use feature_connector::metrics::{
+        AuditFeatureLabels, AuditOutcomeLabels, AuditRunLabels, FeatureLogLabels, PipelineLabels,
+    };
+    let consistency = &metrics.consistency;
+    let pipeline = PipelineLabels {
+        pipeline: "p".into(),
+    };
+    let feature = AuditFeatureLabels {
+        pipeline: "p".into(),
+        feature: "f".into(),
+    };
+    consistency
+        .audit_entities
+        .get_or_create(&AuditOutcomeLabels {
+            pipeline: "p".into(),
+            outcome: "equal",
+        })
+        .set(1);
+    consistency
+        .audit_defect_entities
+        .get_or_create(&pipeline)
+        .set(0);
+    consistency
+        .audit_feature_mismatch_ratio
+        .get_or_create(&feature)
+        .set(0.0);
+    consistency
+        .audit_feature_smape
+        .get_or_create(&feature)
+        .set(0.0);
+    consistency
+        .audit_table_lag_seconds
+        .get_or_create(&pipeline)
+        .set(0.0);
+    consistency
+        .audit_last_run_timestamp_seconds
+        .get_or_create(&pipeline)
+        .set(1.0);
+    consistency
+        .audit_duration_seconds
+        .get_or_create(&pipeline)
+        .set(1.0);
+    consistency
+        .audit_runs
+        .get_or_create(&AuditRunLabels {
+            pipeline: "p".into(),
+            result: "clean",
+        })
+        .inc();
+    consistency.online_acknowledged("p", 1_000);
+    consistency
+        .newest_event_age_seconds
+        .get_or_create(&pipeline)
+        .set(1.0);
+    consistency.served("v", "PRESENT", 1);
+    consistency
+        .feature_log_rows
+        .get_or_create(&FeatureLogLabels {
+            view: "v".into(),
+            outcome: "logged",
+        })
+        .inc();
 }

@@ -20,6 +20,61 @@ async fn read(project: &Project, user: &str) -> Value {
     serde_json::from_str(&body).expect("json")
 }
 
+/// Value of the sample `series` (name and labels) in the exposition `metrics`.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// The freshness gauges hold the newest event (`BASE + 19` ms of the 20 produced) and its
+/// age; a Feast read of two stored users and a missing one counts 2 `PRESENT` and 1
+/// `NOT_FOUND` rows on top of the two `/v1/features` reads of user-1 before it.
+async fn assert_freshness_and_coverage(project: &Project) {
+    let body = json!({"features": ["cached:purchases_30d"],
+                      "entities": {"user_id": ["user-1", "user-2", "user-404"]}});
+    let response = reqwest::Client::new()
+        .post(project.serving_url("/get-online-features"))
+        .json(&body)
+        .send()
+        .await
+        .expect("get-online-features");
+    assert_eq!(response.status().as_u16(), 200);
+    let answer: Value = response.json().await.expect("json");
+    assert_eq!(
+        answer["results"][1]["statuses"],
+        json!(["PRESENT", "PRESENT", "NOT_FOUND"]),
+        "{answer}"
+    );
+    let (_, metrics) = project.http_get("/metrics").await.expect("metrics");
+    let rows = |status: &str| {
+        sample(
+            &metrics,
+            &format!(r#"feature_connector_serving_rows_total{{view="cached",status="{status}"}}"#),
+        )
+    };
+    assert_eq!(
+        (rows("PRESENT"), rows("NOT_FOUND")),
+        (Some(4.0), Some(1.0)),
+        "{metrics}"
+    );
+    let newest = sample(
+        &metrics,
+        r#"feature_connector_online_newest_event_time_seconds{pipeline="cached"}"#,
+    );
+    assert_eq!(newest, Some((BASE + 19) as f64 / 1000.0), "{metrics}");
+    let age = sample(
+        &metrics,
+        r#"feature_connector_newest_event_age_seconds{pipeline="cached"}"#,
+    )
+    .expect("newest_event_age_seconds");
+    let expected = (chrono::Utc::now().timestamp_millis() - BASE - 19) as f64 / 1000.0;
+    assert!(
+        (expected - 60.0..=expected + 1.0).contains(&age),
+        "age {age}, expected about {expected}"
+    );
+}
+
 /// The cache's answer must follow Redis with no wait: every read after a change sees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cached_reads_follow_every_change_in_redis() {
@@ -50,6 +105,7 @@ async fn cached_reads_follow_every_change_in_redis() {
             && metrics.contains(r#"feature_connector_serving_cache_reads_total{outcome="miss"} 1"#),
         "{metrics}"
     );
+    assert_freshness_and_coverage(&project).await;
 
     // A dropped connection hears of no writes: the next read connects again rather than
     // answer from what it cached. (Redis marks the connections with tracking on `t`.)
