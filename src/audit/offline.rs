@@ -127,15 +127,22 @@ pub async fn history_rows(
                 move |batch, rows: &mut HashMap<EntityKey, Vec<(i64, Vec<serde_json::Value>)>>| {
                     let keys = key_columns(batch, &layout.keys)?;
                     let time = required(batch, &layout.event_time)?;
-                    let features: Vec<Option<&ArrayRef>> =
-                        layout.features.iter().map(|name| batch.column_by_name(name)).collect();
+                    let features: Vec<Option<&ArrayRef>> = layout
+                        .features
+                        .iter()
+                        .map(|name| batch.column_by_name(name))
+                        .collect();
                     for row in 0..batch.num_rows() {
-                        let key: EntityKey = keys.iter().map(|f| f.value(row).to_string()).collect();
+                        let key: EntityKey =
+                            keys.iter().map(|f| f.value(row).to_string()).collect();
                         if !entities.contains(&key) {
                             continue;
                         }
-                        if let Some(at) = event_time_millis(time, row).filter(|at| *at <= until_ms) {
-                            rows.entry(key).or_default().push((at, feature_values(&features, row)));
+                        if let Some(at) = event_time_millis(time, row).filter(|at| *at <= until_ms)
+                        {
+                            rows.entry(key)
+                                .or_default()
+                                .push((at, feature_values(&features, row)));
                         }
                     }
                     Ok(())
@@ -227,7 +234,9 @@ pub(super) fn key_columns<'a>(
     keys.iter()
         .map(|name| {
             let column = batch.column_by_name(name).ok_or_else(|| {
-                arrow::error::ArrowError::SchemaError(format!("the table has no key column `{name}`"))
+                arrow::error::ArrowError::SchemaError(format!(
+                    "the table has no key column `{name}`"
+                ))
             })?;
             ArrayFormatter::try_new(column.as_ref(), &options)
         })

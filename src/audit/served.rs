@@ -61,7 +61,12 @@ pub async fn audit_served(
         .ttl
         .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
     let keys: Vec<String> = target.view.keys.iter().map(|(k, _)| k.clone()).collect();
-    let features: Vec<String> = target.view.features.iter().map(|(f, _)| f.clone()).collect();
+    let features: Vec<String> = target
+        .view
+        .features
+        .iter()
+        .map(|(f, _)| f.clone())
+        .collect();
     let mut tally = Tally::new(keys, features);
     let mut compared = 0;
     let empty = Vec::new();
@@ -69,7 +74,12 @@ pub async fn audit_served(
         let events = history.get(entity).unwrap_or(&empty);
         for answer in answers {
             let offline = point_in_time(events, answer.request_ms, ttl_ms);
-            let comparison = compare(answer.row.as_ref(), offline.as_ref(), None, answer.request_ms);
+            let comparison = compare(
+                answer.row.as_ref(),
+                offline.as_ref(),
+                None,
+                answer.request_ms,
+            );
             compared += 1;
             tally.add(
                 entity,
@@ -100,7 +110,11 @@ pub async fn audit_served(
 }
 
 /// The table's newest rows at or before `at_ms` and, with a TTL, after `at_ms - ttl`.
-fn point_in_time(events: &[(i64, Vec<Value>)], at_ms: i64, ttl_ms: Option<i64>) -> Option<OfflineRow> {
+fn point_in_time(
+    events: &[(i64, Vec<Value>)],
+    at_ms: i64,
+    ttl_ms: Option<i64>,
+) -> Option<OfflineRow> {
     let end = events.partition_point(|(t, _)| *t <= at_ms);
     let (newest, _) = events.get(end.checked_sub(1)?)?;
     if ttl_ms.is_some_and(|ttl| *newest <= at_ms.saturating_sub(ttl)) {
@@ -142,7 +156,13 @@ async fn read_log(
                 columns.clone(),
                 Logged::new(),
                 move |batch, logged| {
-                    logged_in_batch(batch, &layout.keys, &layout.features, |k, h| filter.admits(k, h), logged)
+                    logged_in_batch(
+                        batch,
+                        &layout.keys,
+                        &layout.features,
+                        |k, h| filter.admits(k, h),
+                        logged,
+                    )
                 },
             )
         })
@@ -160,7 +180,11 @@ async fn read_log(
                 }
                 Offered::Kept => {}
             }
-            logged.entry(key).or_insert((hash, Vec::new())).1.append(&mut answers);
+            logged
+                .entry(key)
+                .or_insert((hash, Vec::new()))
+                .1
+                .append(&mut answers);
         }
     }
     Ok((logged, files_read, rows_read))
@@ -243,7 +267,10 @@ mod tests {
         let at_25 = point_in_time(&events, 25, None).unwrap();
         assert_eq!(at_25.event_time_ms, 20);
         assert_eq!(at_25.candidates.len(), 2);
-        assert_eq!(point_in_time(&events, 30, None).unwrap().candidates, vec![vec![json!(4)]]);
+        assert_eq!(
+            point_in_time(&events, 30, None).unwrap().candidates,
+            vec![vec![json!(4)]]
+        );
         assert_eq!(point_in_time(&events, 45, Some(10)), None);
         assert!(point_in_time(&events, 35, Some(10)).is_some());
     }

@@ -17,8 +17,9 @@ const KERNEL_SNAPSHOT_REPORTS: &str = "buoyant_kernel::snapshot::builder=off";
 /// at `warn`: their info lines narrate each table read, which `audit` and a running audit
 /// make often); JSON lines when `FC_LOG_FORMAT=json`.
 pub fn init_logging() {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pulsar=warn,buoyant_kernel=warn"));
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,pulsar=warn,buoyant_kernel=warn")
+    });
     if let Ok(directive) = KERNEL_SNAPSHOT_REPORTS.parse() {
         filter = filter.add_directive(directive);
     }
