@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::body::BodyLimits;
 use super::error::{self, ApiError};
 use super::guard::{self, Guard};
-use super::{feast, v1, FeatureReader, ServingConfig};
+use super::{feast, v1, FeatureLog, FeatureReader, ServingConfig};
 use crate::http::listener::{self, ConnectionLimits, HttpError};
 use crate::metrics::Metrics;
 
@@ -35,6 +35,8 @@ pub struct ServingState {
     pub max_entities: usize,
     /// Feature services by name (`view` or `view:feature` entries).
     pub services: Arc<BTreeMap<String, Vec<String>>>,
+    /// Where answered rows are logged (`serving.feature_logging`).
+    pub log: Option<FeatureLog>,
 }
 
 impl ServingState {
@@ -48,7 +50,14 @@ impl ServingState {
             },
             max_entities: config.max_entities_per_request,
             services: Arc::new(config.feature_services.clone()),
+            log: None,
         }
+    }
+
+    /// The same, logging answered rows to `log`.
+    pub fn with_log(mut self, log: Option<FeatureLog>) -> Self {
+        self.log = log;
+        self
     }
 
     /// The reader, or why reads cannot be answered.
@@ -91,11 +100,13 @@ pub fn router(state: ServingState, guard: Guard) -> Router {
 }
 
 /// Binds `config.bind` and serves feature reads until `cancel` fires; `token` (when set) is
-/// required of every request; answers are counted in `metrics`.
+/// required of every request; answers are counted in `metrics`, and their rows offered to
+/// `log` when given.
 pub async fn serve_reads(
     config: &ServingConfig,
     token: Option<String>,
     reads: Reads,
+    log: Option<FeatureLog>,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, HttpError> {
@@ -111,7 +122,7 @@ pub async fn serve_reads(
         config.request_timeout,
         metrics,
     );
-    let router = router(ServingState::new(config, reads), guard);
+    let router = router(ServingState::new(config, reads).with_log(log), guard);
     // Connections beyond the requests in flight are idle keep-alives and clients between
     // requests; four per slot leaves room for those without letting them grow unbounded.
     let limits = ConnectionLimits {

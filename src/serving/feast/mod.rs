@@ -44,12 +44,20 @@ async fn answer(state: &ServingState, request: Request) -> Result<Vec<u8>, ApiEr
         state.max_entities,
     )?;
     let found = reader.lookup(&plan.views).await?;
+    let now_us = chrono::Utc::now().timestamp_micros();
     let answer = response::build(
         &plan,
         &found,
-        chrono::Utc::now().timestamp_millis(),
+        now_us.div_euclid(1000),
         body.full_feature_names,
         body.include_feature_view_version_metadata,
     );
-    Ok(answer.to_json())
+    let json = answer.to_json();
+    if let Some(log) = state.log.as_ref().filter(|log| log.logs_any(&plan.views)) {
+        // After the answer is written: its statuses, the keys and what Redis held move to
+        // the log, nothing is copied.
+        let statuses = answer.into_feature_statuses();
+        log.offer(plan.views, found, statuses, now_us);
+    }
+    Ok(json)
 }
