@@ -21,7 +21,9 @@ One run, same Redis, same keys:
      work); then
      1-entity requests at a fixed rate (open loop); a second replica of the connector with
      serving.cache_entities set (--cache-entities, 0 leaves it out) answers the same
-     requests from its cache of Redis replies; every measurement is split into rounds
+     requests from its cache of Redis replies; with --log-rates, one more cached replica per
+     rate logs its answers (serving.feature_logging, that share of entities) to Delta tables
+     under the work dir, to compare with the unlogged cached one; every measurement is split into rounds
      and the rounds of all measurements interleaved,
      so that other load on the box drifts over every contender alike; requests/s, latency
      percentiles (pooled over the rounds), CPU per request of the server process(es), of
@@ -263,9 +265,15 @@ def main():
                     help="serving.cache_entities of the second replica (0: no such replica)")
     ap.add_argument("--cached-threads", type=int, default=2,
                     help="serving.threads of the second replica (Redis needs no core of its own for it)")
+    ap.add_argument("--log-rates", default="",
+                    help="comma-separated shares (e.g. 1,0.01): per share, a cached replica with "
+                         "serving.feature_logging at that rate (needs --cache-entities)")
     ap.add_argument("--out", type=Path, default=BENCH / "results/serving-latest.md")
     args = ap.parse_args()
     args.duration_s = parse_seconds(args.duration)
+    args.log_rates = [float(r) for r in args.log_rates.split(",") if r.strip()]
+    if args.log_rates and not args.cache_entities:
+        ap.error("--log-rates compares with the cached replica: give --cache-entities")
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="fc-serving-"))
     project = f"fcserve_{uuid.uuid4().hex[:6]}"
@@ -281,6 +289,8 @@ def main():
     config = ["--root", str(BENCH), "--connectors", str(SERVING / "connectors"),
               "--config", str(SERVING / "service.yaml")]
     connector = feast = cached = None
+    logged = []  # (key, rate, Process, serving port, http port)
+    log_counts = {}  # key: (rate, rows logged, rows dropped, RSS MB)
     floor_servers = []
     floor_prefix = f"fcfloor:{project}:"
     try:
@@ -337,11 +347,28 @@ def main():
                                       BENCH_SERVING_THREADS=str(args.cached_threads)))
             wait_until("the cached replica to serve", lambda: port_open(cached_port), timeout=60, every=0.1)
             compare_answers(cached_port, feast_port, args)
+        for rate in args.log_rates:
+            key = f"ours_log_{rate:g}"
+            log(f"a cached replica logging served features (serving.feature_logging) for {rate:.0%} of entities")
+            service = work / f"service-{key}.yaml"
+            service.write_text((SERVING / "service.yaml").read_text().rstrip("\n") + "\n"
+                               f"  feature_logging:\n    url: file://{work}/served-{rate:g}\n"
+                               f"    views:\n      {VIEW}: {rate}\n    rollover_interval: 10s\n")
+            log_http, log_port = free_port(), free_port()
+            process = Process([str(BIN), "run", *config[:-1], str(service)], log_path=work / f"connector-{key}.log",
+                              env=dict(env, FC_HTTP_BIND=f"127.0.0.1:{log_http}",
+                                       FC_SERVING_BIND=f"127.0.0.1:{log_port}", FC_INSTANCE_ID=f"serving-bench-{key}",
+                                       BENCH_SERVING_CACHE=str(args.cache_entities),
+                                       BENCH_SERVING_THREADS=str(args.cached_threads)))
+            logged.append((key, rate, process, log_port, log_http))
+            wait_until(f"the replica logging {rate:.0%} to serve", lambda: port_open(log_port), timeout=60, every=0.1)
+            compare_answers(log_port, feast_port, args)
         floor_ports = {key: free_port() for key in FLOORS} if 1 in sizes else {}
         if floor_ports:
             floor_servers = start_floors(work, floor_ports, floor_prefix, args, serving_port)
         pids = {"connector": [connector.proc.pid], "feast": [feast.proc.pid, *children(feast.proc.pid)],
                 **({"cached": [cached.proc.pid]} if cached else {}),
+                **{key: [process.proc.pid] for key, _, process, _, _ in logged},
                 "redis": [redis_pid], **{key: [server.proc.pid] for key, server in zip(FLOORS, floor_servers)}}
         floors = idle_floors(pids)
         contenders = [
@@ -351,6 +378,8 @@ def main():
             *([("ours_cached", f"feature-connector `POST /get-online-features`, `serving.cache_entities: "
                                 f"{args.cache_entities:,}`, `serving.threads: {args.cached_threads}` (a second replica)", "feast",
                 f"127.0.0.1:{cached_port}", "cached")] if cached else []),
+            *[(key, f"the same, logging served features for {rate:.0%} of entities (`serving.feature_logging`)",
+               "feast", f"127.0.0.1:{port}", key) for key, rate, _, port, _ in logged],
             ("feast", f"`feast serve` {feast_version(args.python)}, {args.feast_workers} workers, "
                       "`POST /get-online-features`", "feast", f"127.0.0.1:{feast_port}", "feast"),
             ("redis", "Redis directly: HMGET per entity, pipelined (ceiling)", "redis", REDIS_URL, None),
@@ -405,15 +434,21 @@ def main():
             cached.sample()
             cache = cache_counts(cached_http)
             cache["rss"] = cached.rss_samples[-1] if cached.rss_samples else None
+        for key, rate, process, _, http in logged:
+            process.sample()
+            text = connector_metrics(http) or ""
+            outcomes = {outcome: int(float(n)) for outcome, n in FEATURE_LOG_ROWS.findall(text)}
+            log_counts[key] = (rate, outcomes.get("logged", 0), outcomes.get("dropped", 0),
+                               process.rss_samples[-1] if process.rss_samples else None)
     finally:
-        for process in (feast, connector, cached, *floor_servers):
+        for process in (feast, connector, cached, *(p for _, _, p, _, _ in logged), *floor_servers):
             if process is not None:
                 process.stop()
         deleted = project_keys(project, "del")
         matching_keys(f"{floor_prefix}*", "del")
         log(f"deleted {deleted:,} benchmark keys; topic {topic} deleted")
         delete_topic(topic)
-    report = render(args, rows, floors, ingest_s, rss, load_before, load_average(), sizes, cache)
+    report = render(args, rows, floors, ingest_s, rss, load_before, load_average(), sizes, cache, log_counts)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
     print(report)
@@ -475,6 +510,7 @@ def net_cpu_us(row, label):
 
 CACHE_READS = re.compile(r'^feature_connector_serving_cache_reads_total\{outcome="(\w+)"\} (\d+)$', re.M)
 CACHE_INVALIDATIONS = re.compile(r"^feature_connector_serving_cache_invalidations_total (\d+)$", re.M)
+FEATURE_LOG_ROWS = re.compile(r'^feature_connector_feature_log_rows_total\{view="[^"]*",outcome="(\w+)"\} (\d+)$', re.M)
 
 
 def cache_counts(http_port):
@@ -487,7 +523,7 @@ def cache_counts(http_port):
     return counts
 
 
-def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes, cache):
+def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes, cache, log_counts):
     def ms(value):
         return fmt(value, 2)
 
@@ -516,7 +552,7 @@ def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes, ca
     ]
     for size in sizes:
         ours = rows[("ours_feast", size, None)]["requests_per_s"]
-        for key in ("ours_feast", "ours_v1", "ours_cached", "feast", "redis", *FLOORS):
+        for key in ("ours_feast", "ours_v1", "ours_cached", *log_counts, "feast", "redis", *FLOORS):
             r = rows.get((key, size, None))
             if r is None:
                 continue
@@ -543,7 +579,7 @@ def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes, ca
         "| redis-server CPU µs/req | errors |",
         "|---|---:|---|---:|---:|---|",
     ]
-    for key in ("ours_feast", "ours_v1", "ours_cached", "redis"):
+    for key in ("ours_feast", "ours_v1", "ours_cached", *log_counts, "redis"):
         r = rows.get((key, 1, args.rate))
         if r is None:
             continue
@@ -557,6 +593,9 @@ def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes, ca
         lines.append(f"The cached replica: {cache['hit']:,} of {reads:,} entity reads answered from its cache "
                      f"({fmt(100 * cache['hit'] / max(reads, 1), 1)} %, warm-ups included), "
                      f"{cache['invalidations']:,} invalidations, RSS {fmt(cache['rss'])} MB after the run.")
+    for key, (rate, logged_rows, dropped_rows, log_rss) in log_counts.items():
+        lines.append(f"The replica logging {rate:.0%} of entities: {logged_rows:,} rows logged (committed before "
+                     f"its /metrics was read), {dropped_rows:,} dropped, RSS {fmt(log_rss)} MB after the run.")
     lines.append("")
     lines += targets(args, rows, sizes)
     return "\n".join(lines) + "\n"

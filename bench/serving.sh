@@ -7,6 +7,8 @@
 #
 #   bash bench/serving.sh                                  # full run (about 4 minutes once built)
 #   bash bench/serving.sh --duration 3s --rounds 1         # smoke
+#   bash bench/serving.sh --sizes 50 --log-rates 1,0.01    # cached reads unlogged against
+#                                                          # feature logging at 100 % and 1 %
 #
 # `ingest` runs bench/serving_ingest.py instead: 1-entity reads at 1,000/s while the
 # connector drains a backlog of 1,000,000 events (B: target/dist/feature-connector):

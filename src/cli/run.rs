@@ -10,7 +10,7 @@ use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::{ConfigError, PipelineConfig, ServiceConfig};
 use crate::http::ProbeState;
 use crate::metrics::Metrics;
-use crate::serving::{FeatureReader, FeatureView, ReadCache, Reads};
+use crate::serving::{FeatureLog, FeatureLogError, FeatureReader, FeatureView, ReadCache, Reads};
 
 /// Runs all pipelines until SIGTERM/SIGINT, then drains within the shutdown deadline.
 pub async fn run(args: ConfigArgs) -> ExitCode {
@@ -65,11 +65,23 @@ pub async fn run(args: ConfigArgs) -> ExitCode {
         // compete for the serving port.
         tracing::info!("no pipeline has an online sink; feature reads are not served");
     } else if !service.serving.bind.is_empty() {
+        let log = match feature_log(&service, &views, &args, &metrics, &cancel) {
+            Ok(Some((log, task))) => {
+                listeners.push(task);
+                Some(log)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
         let reads = online_reads(&service, views, &metrics);
         match crate::serving::serve_reads(
             &service.serving,
             token,
             reads,
+            log,
             metrics.clone(),
             cancel.clone(),
         )
@@ -141,6 +153,11 @@ fn serving_checks(
     views: &[FeatureView],
 ) -> Result<Option<String>, ConfigError> {
     let mut issues = crate::serving::feature_service_issues(file, &service.serving, views);
+    issues.extend(crate::serving::feature_logging_issues(
+        file,
+        &service.serving,
+        views,
+    ));
     let token = if views.is_empty() {
         None
     } else {
@@ -157,6 +174,29 @@ fn serving_checks(
     } else {
         Err(ConfigError { issues })
     }
+}
+
+/// The feature log (`serving.feature_logging`) and its writer task, when configured. The task
+/// ends once the serving listener has drained, having committed what it holds.
+fn feature_log(
+    service: &ServiceConfig,
+    views: &[FeatureView],
+    args: &ConfigArgs,
+    metrics: &Metrics,
+    cancel: &CancellationToken,
+) -> Result<Option<(FeatureLog, tokio::task::JoinHandle<()>)>, FeatureLogError> {
+    let Some(config) = &service.serving.feature_logging else {
+        return Ok(None);
+    };
+    FeatureLog::start(
+        config,
+        views,
+        args.root(),
+        &service.object_store.options,
+        metrics,
+        cancel.clone(),
+    )
+    .map(Some)
 }
 
 /// The reader behind the serving listener. Redis being down at start is no reason to stop:

@@ -25,7 +25,13 @@ pub fn validate(args: &ConfigArgs) -> ExitCode {
                 .iter()
                 .filter_map(PipelineConfig::feature_view)
                 .collect();
-            let issues = crate::serving::feature_service_issues(&file, &service.serving, &views);
+            let mut issues =
+                crate::serving::feature_service_issues(&file, &service.serving, &views);
+            issues.extend(crate::serving::feature_logging_issues(
+                &file,
+                &service.serving,
+                &views,
+            ));
             if !issues.is_empty() {
                 let error = ConfigError { issues };
                 print_config_error(&error);

@@ -57,6 +57,107 @@ pub struct ServingConfig {
     /// views (`view`), as `feature_service` in `/get-online-features` names them.
     #[serde(default)]
     pub feature_services: BTreeMap<String, Vec<String>>,
+    /// Logging of served reads to Delta tables (off when left out).
+    #[serde(default)]
+    pub feature_logging: Option<FeatureLoggingConfig>,
+}
+
+/// `serving.feature_logging`: every `/get-online-features` answer's rows of the views named,
+/// for a share of their entities, in a Delta table per view at `<url>/<view>`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureLoggingConfig {
+    /// The tables' root: an object store URL as a pipeline's `offline.url` takes it, with the
+    /// service file's `object_store.options`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Per view, the share of its entities logged (0 < rate ≤ 1), chosen by a hash of their
+    /// join key values: the same entities on every request.
+    #[serde(default)]
+    pub views: BTreeMap<String, f64>,
+    /// A view's rows are committed at least this often while some wait.
+    #[serde(default = "default_log_interval", with = "humantime_serde")]
+    pub rollover_interval: Duration,
+    /// Or once this many of a view's rows wait.
+    #[serde(default = "default_log_rollover_rows")]
+    pub rollover_rows: usize,
+    /// Rows held in memory at most, from the answer until their commit; rows offered beyond
+    /// this are dropped (and counted).
+    #[serde(default = "default_log_queue_rows")]
+    pub queue_rows: usize,
+}
+
+impl FeatureLoggingConfig {
+    /// The section's own checks: a URL of a known store, rates in (0, 1], bounds that
+    /// can take rows.
+    pub fn issues(&self, file: &Path) -> Vec<ConfigIssue> {
+        let key = |k: &str| format!("serving.feature_logging.{k}");
+        let mut issues = Vec::new();
+        match self.url.as_deref().filter(|u| !u.is_empty()) {
+            None => issues.push(ConfigIssue::at_key(
+                file,
+                &key("url"),
+                "is required: where the logged tables go (e.g. file://served or s3://bucket/served)",
+            )),
+            Some(url) => {
+                if let Err(why) = crate::sink::delta::check_store_url(url) {
+                    issues.push(ConfigIssue::at_key(file, &key("url"), why));
+                }
+            }
+        }
+        if self.views.is_empty() {
+            issues.push(ConfigIssue::at_key(
+                file,
+                &key("views"),
+                "names no view: give each view logged its share of entities (e.g. `driver_stats: 1.0`)",
+            ));
+        }
+        for (view, rate) in &self.views {
+            if !(*rate > 0.0 && *rate <= 1.0) {
+                issues.push(ConfigIssue::at_key(
+                    file,
+                    &key(&format!("views.{view}")),
+                    format!("{rate} is not a share of entities: give 0 < rate <= 1"),
+                ));
+            }
+        }
+        if self.rollover_interval.is_zero() {
+            issues.push(ConfigIssue::at_key(
+                file,
+                &key("rollover_interval"),
+                "must be positive",
+            ));
+        }
+        if self.rollover_rows == 0 {
+            issues.push(ConfigIssue::at_key(
+                file,
+                &key("rollover_rows"),
+                "must be at least 1",
+            ));
+        }
+        if self.queue_rows < self.rollover_rows {
+            issues.push(ConfigIssue::at_key(
+                file,
+                &key("queue_rows"),
+                format!(
+                    "{} is below rollover_rows ({}): rows held until their commit would never reach a rollover",
+                    self.queue_rows, self.rollover_rows
+                ),
+            ));
+        }
+        issues
+    }
+}
+
+fn default_log_interval() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_log_rollover_rows() -> usize {
+    100_000
+}
+/// Twice a rollover: rows keep coming while one is being committed.
+fn default_log_queue_rows() -> usize {
+    200_000
 }
 
 impl Default for ServingConfig {
@@ -72,6 +173,7 @@ impl Default for ServingConfig {
             threads: default_serving_threads(),
             cache_entities: 0,
             feature_services: BTreeMap::new(),
+            feature_logging: None,
         }
     }
 }
@@ -90,6 +192,7 @@ impl std::fmt::Debug for ServingConfig {
             .field("threads", &self.threads)
             .field("cache_entities", &self.cache_entities)
             .field("feature_services", &self.feature_services)
+            .field("feature_logging", &self.feature_logging)
             .finish()
     }
 }
@@ -137,8 +240,38 @@ impl ServingConfig {
                 "must be positive",
             ));
         }
+        if let Some(logging) = &self.feature_logging {
+            issues.extend(logging.issues(file));
+        }
         issues
     }
+}
+
+/// Feature logging names views that are not online views.
+pub fn feature_logging_issues(
+    file: &Path,
+    serving: &ServingConfig,
+    views: &[FeatureView],
+) -> Vec<ConfigIssue> {
+    let Some(logging) = &serving.feature_logging else {
+        return Vec::new();
+    };
+    logging
+        .views
+        .keys()
+        .filter(|name| !views.iter().any(|v| &v.name == *name))
+        .map(|name| {
+            let known: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
+            ConfigIssue::at_key(
+                file,
+                &format!("serving.feature_logging.views.{name}"),
+                format!(
+                    "no online view `{name}` (online views: {})",
+                    known.join(", ")
+                ),
+            )
+        })
+        .collect()
 }
 
 /// Whether a `host:port` bind address is a loopback one.
@@ -283,5 +416,53 @@ mod tests {
         let unreadable = serving("bind: 127.0.0.1:1\ntoken_file: /nonexistent/serving-token\n");
         let err = serving_token(file, &unreadable).unwrap_err();
         assert_eq!(err.key.as_deref(), Some("serving.token_file"));
+    }
+
+    #[test]
+    fn feature_logging_needs_a_url_known_views_and_shares() {
+        let file = Path::new("service.yaml");
+        assert!(serving(
+            "bind: 127.0.0.1:1
+"
+        )
+        .feature_logging
+        .is_none());
+        let good = serving(
+            "feature_logging:\n  url: file://served\n  views:\n    user_features: 0.5\n  rollover_interval: 2s\n",
+        );
+        assert!(good.issues(file).is_empty());
+        let logging = good.feature_logging.as_ref().unwrap();
+        assert_eq!(logging.rollover_interval, Duration::from_secs(2));
+        assert_eq!(
+            (logging.rollover_rows, logging.queue_rows),
+            (100_000, 200_000)
+        );
+
+        let bad = serving(
+            "feature_logging:\n  views:\n    a: 0\n    b: 1.5\n    c: 1.0\n  rollover_rows: 10\n  queue_rows: 5\n",
+        );
+        let keys: Vec<String> = bad
+            .issues(file)
+            .into_iter()
+            .filter_map(|issue| issue.key)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "serving.feature_logging.url",
+                "serving.feature_logging.views.a",
+                "serving.feature_logging.views.b",
+                "serving.feature_logging.queue_rows",
+            ]
+        );
+        let wrong_scheme = serving("feature_logging:\n  url: ftp://x\n  views: {a: 1}\n");
+        assert_eq!(wrong_scheme.issues(file).len(), 1);
+        let unknown = feature_logging_issues(file, &bad, &[]);
+        assert_eq!(unknown.len(), 3);
+        assert!(
+            unknown[0].message.contains("no online view `a`"),
+            "{}",
+            unknown[0]
+        );
     }
 }

@@ -7,6 +7,8 @@
 //!   `POST /get-online-features` ([`feast`]) and `/v1/features/{view}` ([`v1`]) behind the
 //!   [`guard`] (bearer token, request slots) and the body limits ([`body`]).
 //! - [`ServingConfig`] is the service file's `serving:` section with its checks.
+//! - [`FeatureLog`] logs the rows `/get-online-features` answered to a Delta table per view
+//!   (`serving.feature_logging`), for the entities [`entity_hash`] picks.
 //!
 //! Serving reads the store the Redis sink writes: connection, key encoding and layouts come
 //! from [`crate::sink::redis`]; no sink knows an HTTP answer format. The listener itself and
@@ -17,22 +19,27 @@ mod config;
 mod coverage;
 mod error;
 pub mod feast;
+pub mod feature_log;
 mod guard;
 mod read_cache;
 mod reader;
+mod sample;
 mod server;
 pub mod v1;
 mod values;
 mod view;
 
 pub use config::{
-    feature_service_issues, is_loopback_bind, serving_token, unguarded_warning, ServingConfig,
+    feature_logging_issues, feature_service_issues, is_loopback_bind, serving_token,
+    unguarded_warning, FeatureLoggingConfig, ServingConfig,
 };
 pub use error::ApiError;
 pub use feast::{OnlineFeaturesRequest, OnlineFeaturesResponse};
+pub use feature_log::{FeatureLog, FeatureLogError};
 pub use guard::Guard;
 pub use read_cache::{CachedRow, ReadCache};
 pub use reader::{FeatureReader, Found, Lookup, QueryError};
+pub use sample::{entity_hash, SampleRate};
 pub use server::{router, serve_reads, Reads, ServingState};
 pub use values::{feast_float, ValueStyle};
 pub use view::FeatureView;

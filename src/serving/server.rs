@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::body::BodyLimits;
 use super::error::{self, ApiError};
 use super::guard::{self, Guard};
-use super::{feast, v1, FeatureReader, ServingConfig};
+use super::{feast, v1, FeatureLog, FeatureReader, ServingConfig};
 use crate::http::listener::{self, ConnectionLimits, HttpError};
 use crate::metrics::Metrics;
 
@@ -37,6 +37,8 @@ pub struct ServingState {
     pub services: Arc<BTreeMap<String, Vec<String>>>,
     /// Where answered rows are counted (`serving_rows_total`).
     pub metrics: Arc<Metrics>,
+    /// Where answered rows are logged (`serving.feature_logging`).
+    pub log: Option<FeatureLog>,
 }
 
 impl ServingState {
@@ -52,7 +54,14 @@ impl ServingState {
             max_entities: config.max_entities_per_request,
             services: Arc::new(config.feature_services.clone()),
             metrics,
+            log: None,
         }
+    }
+
+    /// The same, logging answered rows to `log`.
+    pub fn with_log(mut self, log: Option<FeatureLog>) -> Self {
+        self.log = log;
+        self
     }
 
     /// The reader, or why reads cannot be answered.
@@ -95,11 +104,13 @@ pub fn router(state: ServingState, guard: Guard) -> Router {
 }
 
 /// Binds `config.bind` and serves feature reads until `cancel` fires; `token` (when set) is
-/// required of every request; answers are counted in `metrics`.
+/// required of every request; answers are counted in `metrics`, and their rows offered to
+/// `log` when given.
 pub async fn serve_reads(
     config: &ServingConfig,
     token: Option<String>,
     reads: Reads,
+    log: Option<FeatureLog>,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, HttpError> {
@@ -116,7 +127,7 @@ pub async fn serve_reads(
         config.request_timeout,
         metrics,
     );
-    let router = router(state, guard);
+    let router = router(state.with_log(log), guard);
     // Connections beyond the requests in flight are idle keep-alives and clients between
     // requests; four per slot leaves room for those without letting them grow unbounded.
     let limits = ConnectionLimits {

@@ -54,6 +54,7 @@ credentials from the AWS_* variables.
 SPEC.json:
     {"table": "/tmp/x/offline/pit",          # local path or s3://bucket/prefix/pit
      "view": "pit", "ttl_seconds": 0, "timestamp_field": "event_time",
+     "created_timestamp_column": "pulsar_publish_time",   # optional (this default); null: none
      "entities": [{"name": "user", "join_key": "user_id", "dtype": "String"}],
      "features": [{"name": "purchases_30d", "dtype": "Int64"}],
      "entity_rows": [{"user_id": "user-1", "event_timestamp": "2026-09-09T10:00:00Z"}]}
@@ -213,7 +214,7 @@ def build_objects(spec: dict, offline_store: str):
         path=table,
         file_format=DeltaFormat(),
         timestamp_field=spec.get("timestamp_field", "event_time"),
-        created_timestamp_column="pulsar_publish_time",
+        created_timestamp_column=spec.get("created_timestamp_column", "pulsar_publish_time") or "",
         s3_endpoint_override=override,
     )
     schema = [Field(name=e["join_key"], dtype=feast_type(e.get("dtype", "String")))

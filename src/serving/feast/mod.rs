@@ -45,7 +45,8 @@ async fn answer(state: &ServingState, request: Request) -> Result<Vec<u8>, ApiEr
         state.max_entities,
     )?;
     let found = reader.lookup(&plan.views).await?;
-    let now_ms = chrono::Utc::now().timestamp_millis();
+    let now_us = chrono::Utc::now().timestamp_micros();
+    let now_ms = now_us.div_euclid(1000);
     coverage::count_feast_rows(&state.metrics, &plan.views, &found, now_ms);
     let answer = response::build(
         &plan,
@@ -54,5 +55,12 @@ async fn answer(state: &ServingState, request: Request) -> Result<Vec<u8>, ApiEr
         body.full_feature_names,
         body.include_feature_view_version_metadata,
     );
-    Ok(answer.to_json())
+    let json = answer.to_json();
+    if let Some(log) = state.log.as_ref().filter(|log| log.logs_any(&plan.views)) {
+        // After the answer is written: its statuses, the keys and what Redis held move to
+        // the log, nothing is copied.
+        let statuses = answer.into_feature_statuses();
+        log.offer(plan.views, found, statuses, now_us);
+    }
+    Ok(json)
 }

@@ -35,6 +35,8 @@ pub struct OnlineFeaturesResponse<'a> {
     feature_names: Vec<String>,
     /// `feature_view_metadata`'s names, when asked for.
     view_names: Vec<&'a str>,
+    /// How many of `columns` are join keys (the first ones).
+    key_columns: usize,
     columns: Vec<Column<'a>>,
 }
 
@@ -62,6 +64,17 @@ enum Cell<'a> {
 }
 
 impl OnlineFeaturesResponse<'_> {
+    /// Per feature column (the views' features, one view after the other, without the join
+    /// key columns), each row's status: what the feature log records.
+    pub fn into_feature_statuses(self) -> Vec<Vec<&'static str>> {
+        let keys = self.key_columns;
+        self.columns
+            .into_iter()
+            .skip(keys)
+            .map(|column| column.statuses)
+            .collect()
+    }
+
     /// The answer's JSON.
     pub fn to_json(&self) -> Vec<u8> {
         let values: usize = self.columns.iter().map(|c| c.values.len()).sum();
@@ -222,6 +235,7 @@ pub fn build<'a>(
     OnlineFeaturesResponse {
         feature_names,
         view_names,
+        key_columns: plan.key_columns.len(),
         columns,
     }
 }

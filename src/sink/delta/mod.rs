@@ -43,8 +43,9 @@ pub use config::{
 pub use probe::ObjectStoreProbe;
 pub use streaming::DeltaSink;
 pub use table::{
-    desired_schema, instance_id, message_key, metadata_keys, writer_properties, ActiveFile,
-    CommitError, Committed, CommittedPositions, FileCount, LayoutError, MessageKey, Opened,
-    SpecError, StoreError, Table, TableError, TableLayout, TableLocation, TableRoot, TableSpec,
-    DATE_COLUMN, HOUR_COLUMN, PUBLISH_TIME_COLUMN,
+    canonical, column_type, desired_schema, instance_id, message_key, metadata_keys,
+    parquet_properties, writer_properties, ActiveFile, CommitError, Committed, CommittedPositions,
+    FileCount, LayoutError, MessageKey, Opened, SpecError, StoreError, Table, TableError,
+    TableLayout, TableLocation, TableRoot, TableSpec, DATE_COLUMN, HOUR_COLUMN,
+    PUBLISH_TIME_COLUMN,
 };

@@ -8,3 +8,5 @@ mod feast;
 mod maintenance;
 mod store;
 mod store_outage;
+
+pub use delta::delta_python;

@@ -44,15 +44,31 @@ pub fn writer_properties(
     config: &DeltaSinkConfig,
     metadata: Vec<(String, String)>,
 ) -> Result<WriterProperties, parquet::errors::ParquetError> {
-    let compression = match config.compression {
-        Compression::Zstd => ParquetCompression::ZSTD(ZstdLevel::try_new(config.zstd_level)?),
+    parquet_properties(
+        config.compression,
+        config.zstd_level,
+        config.row_group_rows,
+        metadata,
+    )
+}
+
+/// Parquet settings of a table's files: `compression` (at `zstd_level` for Zstandard),
+/// `row_group_rows` rows per row group, `metadata` in the footer.
+pub fn parquet_properties(
+    compression: Compression,
+    zstd_level: i32,
+    row_group_rows: usize,
+    metadata: Vec<(String, String)>,
+) -> Result<WriterProperties, parquet::errors::ParquetError> {
+    let compression = match compression {
+        Compression::Zstd => ParquetCompression::ZSTD(ZstdLevel::try_new(zstd_level)?),
         Compression::Snappy => ParquetCompression::SNAPPY,
         Compression::Lz4 => ParquetCompression::LZ4_RAW,
         Compression::None => ParquetCompression::UNCOMPRESSED,
     };
     Ok(WriterProperties::builder()
         .set_compression(compression)
-        .set_max_row_group_row_count(Some(config.row_group_rows))
+        .set_max_row_group_row_count(Some(row_group_rows))
         .set_dictionary_enabled(true)
         .set_dictionary_page_size_limit(DICTIONARY_PAGE_LIMIT_BYTES)
         .set_statistics_enabled(EnabledStatistics::Page)

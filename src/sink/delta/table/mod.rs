@@ -33,10 +33,10 @@ use object_store::ObjectStore;
 use tokio::task::JoinHandle;
 
 pub use commit::{CommitError, Committed};
-pub use files::{metadata_keys, writer_properties, ActiveFile, FileCount};
+pub use files::{metadata_keys, parquet_properties, writer_properties, ActiveFile, FileCount};
 pub use layout::{LayoutError, TableLayout, DATE_COLUMN, HOUR_COLUMN, PUBLISH_TIME_COLUMN};
 pub use positions::{message_key, CommittedPositions, MessageKey};
-pub use schema::desired_schema;
+pub use schema::{canonical, column_type, desired_schema};
 pub use spec::{instance_id, SpecError, TableSpec};
 pub use store::{StoreError, TableLocation, TableRoot};
 

@@ -57,6 +57,12 @@ pub fn kernel_schema(schema: &Schema) -> Result<StructType, LayoutError> {
         .map_err(|e: ArrowError| LayoutError::Schema(e.to_string()))
 }
 
+/// The type the table gives a decoded field `name` of type `data_type` (as every pipeline's
+/// table types its columns), for other tables of the same values: the feature log's.
+pub fn column_type(name: &str, data_type: &DataType) -> Result<DataType, LayoutError> {
+    delta_type(name, data_type)
+}
+
 /// The Delta-compatible Arrow type of a decoded field (nested fields made nullable).
 fn delta_type(path: &str, data_type: &DataType) -> Result<DataType, LayoutError> {
     let unsupported = |why| LayoutError::Unsupported {

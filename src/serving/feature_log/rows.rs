@@ -1,0 +1,293 @@
+//! The logged table of a view: its columns, and served rows turned into them.
+//!
+//! Values are the ones the answer gave (Feast's JSON of the stored value, see
+//! [`ValueStyle::Feast`]), typed as the view's offline table types the feature: numbers,
+//! booleans and strings as such, bytes decoded from base64, timestamps from the answer's
+//! epoch seconds, lists and records through their JSON.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    new_null_array, ArrayRef, BinaryBuilder, BooleanBuilder, Float64Builder, Int32Array,
+    Int64Array, Int64Builder, RecordBatch, StringBuilder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::error::ArrowError;
+use base64::Engine;
+use serde_json::Value;
+
+use super::LoggedRequest;
+use crate::serving::{FeatureView, ValueStyle};
+use crate::sink::delta::{canonical, column_type, LayoutError};
+
+/// The request time (microseconds, UTC).
+pub const LOG_TIMESTAMP: &str = "__log_timestamp";
+/// The request time's day: the partition column.
+pub const LOG_DATE: &str = "__log_date";
+/// One id per request.
+pub const REQUEST_ID: &str = "__request_id";
+/// Event time of the served row; null when the entity was not found.
+pub const EVENT_TIMESTAMP: &str = "__event_timestamp";
+/// Suffix of each feature's status column.
+pub const STATUS_SUFFIX: &str = "__status";
+
+const MICROS_PER_DAY: i64 = 86_400_000_000;
+
+fn utc_micros() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// The logged table's columns for `view`: the request's time, day and id, the join keys,
+/// the served row's event time, then per feature its value and its status.
+pub fn log_schema(view: &FeatureView) -> Result<SchemaRef, LayoutError> {
+    let mut fields = vec![
+        Field::new(LOG_TIMESTAMP, utc_micros(), true),
+        Field::new(LOG_DATE, DataType::Date32, true),
+        Field::new(REQUEST_ID, DataType::Utf8, true),
+    ];
+    for (name, data_type) in &view.keys {
+        fields.push(Field::new(name, column_type(name, data_type)?, true));
+    }
+    fields.push(Field::new(EVENT_TIMESTAMP, utc_micros(), true));
+    for (name, data_type) in &view.features {
+        fields.push(Field::new(name, column_type(name, data_type)?, true));
+        fields.push(Field::new(
+            format!("{name}{STATUS_SUFFIX}"),
+            DataType::Utf8,
+            true,
+        ));
+    }
+    canonical(&Schema::new(fields))
+}
+
+/// The columns whose statistics the log keeps (the ones reads filter on).
+pub fn stats_columns(view: &FeatureView) -> Vec<String> {
+    let mut columns = vec![LOG_TIMESTAMP.to_string(), REQUEST_ID.to_string()];
+    columns.extend(view.keys.iter().map(|(name, _)| name.clone()));
+    columns.push(EVENT_TIMESTAMP.to_string());
+    columns
+}
+
+/// The rows of `requests` (all of `view`) as one batch of `schema` (from [`log_schema`]).
+pub fn to_batch(
+    view: &FeatureView,
+    schema: &SchemaRef,
+    requests: &[LoggedRequest],
+) -> Result<RecordBatch, ArrowError> {
+    let rows: usize = requests.iter().map(|r| r.rows.len()).sum();
+    let mut times = Vec::with_capacity(rows);
+    let mut ids = StringBuilder::with_capacity(rows, rows * 36);
+    let mut keys: Vec<StringBuilder> = view.keys.iter().map(|_| StringBuilder::new()).collect();
+    let mut events = Int64Builder::with_capacity(rows);
+    let mut features: Vec<(Staged, StringBuilder)> = view
+        .features
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            (
+                Staged::for_type(field_type(schema, value_column(view, i))),
+                StringBuilder::new(),
+            )
+        })
+        .collect();
+    for request in requests {
+        // Per feature of the view, its position among the features asked, if asked.
+        let asked: Vec<Option<usize>> = (0..view.features.len())
+            .map(|f| request.features.iter().position(|&a| a == f))
+            .collect();
+        for row in &request.rows {
+            times.push(request.log_time_us);
+            ids.append_value(&request.request_id);
+            for (builder, value) in keys.iter_mut().zip(&row.keys) {
+                builder.append_value(value);
+            }
+            events.append_option(row.found.event_time_ms.map(|ms| ms.saturating_mul(1000)));
+            for (feature, (values, statuses)) in features.iter_mut().enumerate() {
+                let Some(position) = asked[feature] else {
+                    values.append(None);
+                    statuses.append_null();
+                    continue;
+                };
+                let value = row
+                    .found
+                    .event_time_ms
+                    .and(row.found.value(position, feature))
+                    .map(|raw| view.decode(feature, raw, ValueStyle::Feast))
+                    .filter(|value| !value.is_null());
+                values.append(value.as_ref());
+                let status = request
+                    .statuses
+                    .get(position)
+                    .and_then(|column| column.get(row.index));
+                statuses.append_option(status.copied());
+            }
+        }
+    }
+    let times = Int64Array::from(times);
+    let days = Int32Array::from_iter_values(
+        times
+            .values()
+            .iter()
+            .map(|us| i32::try_from(us.div_euclid(MICROS_PER_DAY)).unwrap_or(i32::MAX)),
+    );
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(times), Arc::new(days), Arc::new(ids.finish())];
+    for mut builder in keys {
+        columns.push(Arc::new(builder.finish()));
+    }
+    columns.push(Arc::new(events.finish()));
+    for (values, mut statuses) in features {
+        columns.push(values.finish(field_type(schema, columns.len()), rows)?);
+        columns.push(Arc::new(statuses.finish()));
+    }
+    let columns = columns
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(schema.clone(), columns)
+}
+
+/// The column of feature `feature`'s values: after the three request columns, the keys and
+/// the event time, two per feature.
+fn value_column(view: &FeatureView, feature: usize) -> usize {
+    3 + view.keys.len() + 1 + 2 * feature
+}
+
+fn field_type(schema: &Schema, column: usize) -> &DataType {
+    schema
+        .fields()
+        .get(column)
+        .map_or(&DataType::Utf8, |f| f.data_type())
+}
+
+/// A feature's values gathered in the simplest Arrow type that holds them, cast to the
+/// table's type at the end.
+enum Staged {
+    Ints(Int64Builder),
+    Floats(Float64Builder),
+    Bools(BooleanBuilder),
+    Texts(StringBuilder),
+    Bytes(BinaryBuilder),
+    /// Epoch microseconds.
+    Micros(Int64Builder),
+    /// Each value's JSON, for lists and records.
+    Json(Vec<Option<String>>),
+}
+
+impl Staged {
+    fn for_type(data_type: &DataType) -> Self {
+        match data_type {
+            DataType::Boolean => Self::Bools(BooleanBuilder::new()),
+            DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64 => Self::Ints(Int64Builder::new()),
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+                Self::Floats(Float64Builder::new())
+            }
+            DataType::Binary | DataType::LargeBinary => Self::Bytes(BinaryBuilder::new()),
+            DataType::Timestamp(_, _) => Self::Micros(Int64Builder::new()),
+            DataType::List(_)
+            | DataType::LargeList(_)
+            | DataType::Struct(_)
+            | DataType::Map(_, _) => Self::Json(Vec::new()),
+            // Strings, dates and decimals: from their text.
+            _ => Self::Texts(StringBuilder::new()),
+        }
+    }
+
+    fn append(&mut self, value: Option<&Value>) {
+        match self {
+            Self::Ints(b) => b.append_option(value.and_then(int)),
+            Self::Floats(b) => b.append_option(value.and_then(float)),
+            Self::Bools(b) => b.append_option(value.and_then(Value::as_bool)),
+            Self::Texts(b) => match value {
+                Some(Value::String(text)) => b.append_value(text),
+                Some(other) => b.append_value(other.to_string()),
+                None => b.append_null(),
+            },
+            Self::Bytes(b) => b.append_option(
+                value
+                    .and_then(Value::as_str)
+                    .and_then(|text| base64::engine::general_purpose::STANDARD.decode(text).ok()),
+            ),
+            Self::Micros(b) => b.append_option(value.and_then(micros)),
+            Self::Json(texts) => texts.push(value.map(Value::to_string)),
+        }
+    }
+
+    fn finish(self, data_type: &DataType, rows: usize) -> Result<ArrayRef, ArrowError> {
+        Ok(match self {
+            Self::Ints(mut b) | Self::Micros(mut b) => Arc::new(b.finish()),
+            Self::Floats(mut b) => Arc::new(b.finish()),
+            Self::Bools(mut b) => Arc::new(b.finish()),
+            Self::Texts(mut b) => Arc::new(b.finish()),
+            Self::Bytes(mut b) => Arc::new(b.finish()),
+            Self::Json(texts) => match from_json(data_type, &texts) {
+                Ok(array) => array,
+                Err(e) => {
+                    tracing::warn!(error = %e, %data_type, "feature log: values of a list or record column could not be typed; logged as null");
+                    new_null_array(data_type, rows)
+                }
+            },
+        })
+    }
+}
+
+fn int(value: &Value) -> Option<i64> {
+    value
+        .as_i64()
+        .or_else(|| value.as_u64().and_then(|n| i64::try_from(n).ok()))
+        .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
+}
+
+/// A number, or the strings Feast writes for NaN and the infinities.
+fn float(value: &Value) -> Option<f64> {
+    match value {
+        Value::String(text) => match text.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            other => other.parse().ok(),
+        },
+        other => other.as_f64(),
+    }
+}
+
+/// Epoch seconds (as Feast answers timestamps) or RFC 3339 text, as epoch microseconds.
+fn micros(value: &Value) -> Option<i64> {
+    match value {
+        Value::String(text) => chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.timestamp_micros()),
+        other => other.as_i64().map(|s| s.saturating_mul(1_000_000)),
+    }
+}
+
+/// Values given as JSON, typed as `data_type` by Arrow's JSON reader.
+fn from_json(data_type: &DataType, texts: &[Option<String>]) -> Result<ArrayRef, ArrowError> {
+    let schema = Arc::new(Schema::new(vec![Field::new("v", data_type.clone(), true)]));
+    let mut lines = String::new();
+    for text in texts {
+        match text {
+            Some(json) => {
+                lines.push_str("{\"v\":");
+                lines.push_str(json);
+                lines.push_str("}\n");
+            }
+            None => lines.push_str("{}\n"),
+        }
+    }
+    let mut decoder = arrow_json::ReaderBuilder::new(schema)
+        .with_batch_size(texts.len().max(1))
+        .build_decoder()?;
+    decoder.decode(lines.as_bytes())?;
+    match decoder.flush()? {
+        Some(batch) => Ok(batch.column(0).clone()),
+        None => Ok(new_null_array(data_type, texts.len())),
+    }
+}

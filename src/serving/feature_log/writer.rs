@@ -1,0 +1,287 @@
+//! The feature log's writer task: gathers offered rows per view, and commits a view's rows
+//! as one Delta version once `rollover_rows` wait or the oldest waited `rollover_interval`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use deltalake::kernel::Add;
+use parquet::file::properties::WriterProperties;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::rows::{self, LOG_DATE};
+use super::{LoggedRequest, Shared, WriterSettings};
+use crate::retry::Backoff;
+use crate::sink::delta::table::files;
+use crate::sink::delta::{parquet_properties, CommitError, Compression, Table, TableError};
+
+/// How long the writer keeps taking rows after shutdown began, for answers still being
+/// written (the serving listener drains its requests within 5 s).
+const CLOSING_GRACE: Duration = Duration::from_secs(10);
+/// Commits that lose the race to another writer are tried again at once this many times
+/// before backing off.
+const CONFLICT_RETRIES: u32 = 10;
+const ZSTD_LEVEL: i32 = 3;
+const ROW_GROUP_ROWS: usize = 128 * 1024;
+/// The table property `delta.checkpointInterval` of the logged tables.
+const CHECKPOINT_INTERVAL: u64 = 100;
+
+/// Why a rollover did not land (retried until shutdown).
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error("{0}")]
+    Table(#[from] TableError),
+    #[error("writing the log's files: {0}")]
+    Files(#[from] deltalake::DeltaTableError),
+    #[error("{0}")]
+    Commit(#[from] CommitError),
+    #[error("building the log's rows: {0}")]
+    Rows(String),
+}
+
+/// A view's rows waiting for their commit.
+#[derive(Default)]
+struct Pending {
+    requests: Vec<LoggedRequest>,
+    rows: usize,
+    since: Option<Instant>,
+}
+
+/// The task's state.
+pub(crate) struct Writer {
+    shared: Arc<Shared>,
+    settings: WriterSettings,
+    cancel: CancellationToken,
+    pending: Vec<Pending>,
+    tables: Vec<Option<Table>>,
+    properties: WriterProperties,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        settings: WriterSettings,
+        cancel: CancellationToken,
+    ) -> Self {
+        let views = shared.views.len();
+        let metadata = vec![(
+            "feature_connector.feature_log".to_string(),
+            "served rows".to_string(),
+        )];
+        let properties =
+            parquet_properties(Compression::Zstd, ZSTD_LEVEL, ROW_GROUP_ROWS, metadata)
+                .unwrap_or_default();
+        Self {
+            shared,
+            settings,
+            cancel,
+            pending: (0..views).map(|_| Pending::default()).collect(),
+            tables: (0..views).map(|_| None).collect(),
+            properties,
+        }
+    }
+
+    /// Takes rows until every handle is gone (or `CLOSING_GRACE` after shutdown began),
+    /// committing on the way, then commits what it holds.
+    pub(crate) async fn run(mut self, mut receiver: mpsc::UnboundedReceiver<LoggedRequest>) {
+        for view in 0..self.tables.len() {
+            if let Err(e) = self.table(view).await {
+                tracing::warn!(error = %e, view = %self.shared.views[view].view.name, "feature log table not ready; trying again at its first commit");
+            }
+        }
+        let mut closing: Option<Instant> = None;
+        loop {
+            let due = self
+                .pending
+                .iter()
+                .filter_map(|p| p.since)
+                .min()
+                .map(|since| since + self.settings.rollover_interval);
+            tokio::select! {
+                request = receiver.recv() => match request {
+                    Some(request) => {
+                        let view = request.view;
+                        self.push(request);
+                        if self.pending[view].rows >= self.settings.rollover_rows {
+                            self.commit(view).await;
+                        }
+                    }
+                    None => break,
+                },
+                () = sleep_until(due) => {
+                    let now = Instant::now();
+                    for view in 0..self.pending.len() {
+                        if self.pending[view]
+                            .since
+                            .is_some_and(|since| since + self.settings.rollover_interval <= now)
+                        {
+                            self.commit(view).await;
+                        }
+                    }
+                }
+                () = self.cancel.cancelled(), if closing.is_none() => {
+                    closing = Some(Instant::now() + CLOSING_GRACE);
+                }
+                () = sleep_until(closing) => break,
+            }
+        }
+        receiver.close();
+        while let Ok(request) = receiver.try_recv() {
+            self.push(request);
+        }
+        for view in 0..self.pending.len() {
+            self.commit(view).await;
+        }
+        for table in self.tables.iter_mut().flatten() {
+            table.finish_checkpoint(Duration::from_secs(5)).await;
+        }
+        tracing::info!("feature log stopped");
+    }
+
+    fn push(&mut self, request: LoggedRequest) {
+        let Some(pending) = self.pending.get_mut(request.view) else {
+            self.shared.release(request.rows.len());
+            return;
+        };
+        pending.rows += request.rows.len();
+        pending.since.get_or_insert_with(Instant::now);
+        pending.requests.push(request);
+    }
+
+    /// Commits the rows of `view` that wait, retrying until it lands or shutdown; counts
+    /// them logged, or dropped when it gave up.
+    async fn commit(&mut self, view: usize) {
+        let pending = std::mem::take(&mut self.pending[view]);
+        if pending.rows == 0 {
+            return;
+        }
+        let rows = pending.rows;
+        let log_view = &self.shared.views[view];
+        let name = log_view.view.name.clone();
+        let result = match self.batch(view, pending.requests).await {
+            Ok(batch) => self.write(view, batch).await,
+            Err(e) => Err(e),
+        };
+        let log_view = &self.shared.views[view];
+        match result {
+            Ok(version) => {
+                log_view.logged.inc_by(rows as u64);
+                tracing::debug!(view = %name, rows, version, "served rows logged");
+            }
+            Err(e) => {
+                log_view.dropped.inc_by(rows as u64);
+                tracing::warn!(view = %name, rows, error = %e, "served rows not logged (shutdown while the log's store failed)");
+            }
+        }
+        self.shared.release(rows);
+    }
+
+    /// The rows as one Arrow batch, built off the runtime.
+    async fn batch(
+        &self,
+        view: usize,
+        requests: Vec<LoggedRequest>,
+    ) -> Result<RecordBatch, WriteError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let log_view = &shared.views[view];
+            rows::to_batch(&log_view.view, &log_view.schema, &requests)
+        })
+        .await
+        .map_err(|e| WriteError::Rows(e.to_string()))?
+        .map_err(|e| WriteError::Rows(e.to_string()))
+    }
+
+    /// Writes the batch's files once and commits them, retrying with backoff; gives up only
+    /// at shutdown (after one attempt past it). Returns the table version.
+    async fn write(&mut self, view: usize, batch: RecordBatch) -> Result<u64, WriteError> {
+        let mut backoff = Backoff::default();
+        let mut adds: Option<Vec<Add>> = None;
+        let mut conflicts = 0;
+        loop {
+            match self.attempt(view, &batch, &mut adds).await {
+                Ok(version) => return Ok(version),
+                Err(WriteError::Commit(CommitError::Conflict(_)))
+                    if conflicts < CONFLICT_RETRIES =>
+                {
+                    conflicts += 1;
+                }
+                Err(e) => {
+                    conflicts = 0;
+                    if backoff
+                        .wait(&self.cancel, "feature log commit failed", &e)
+                        .await
+                        .is_err()
+                    {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn attempt(
+        &mut self,
+        view: usize,
+        batch: &RecordBatch,
+        adds: &mut Option<Vec<Add>>,
+    ) -> Result<u64, WriteError> {
+        let properties = self.properties.clone();
+        let table = self.table(view).await?;
+        if adds.is_none() {
+            let files_table = table.files_table().await?;
+            let written = files::write_files(files_table, vec![batch.clone()], properties).await?;
+            *adds = Some(written);
+        }
+        let files = adds.clone().unwrap_or_default();
+        match table.commit(files, Vec::new()).await {
+            Ok(committed) => Ok(committed.version),
+            Err(e) => {
+                // Another writer's version, or a commit that may have landed: read the
+                // table's newest version before the next attempt.
+                if let Err(refresh) = table.refresh().await {
+                    tracing::debug!(error = %refresh, "cannot refresh the feature log table");
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The table of `view`, opened (or created) now if it is not yet.
+    async fn table(&mut self, view: usize) -> Result<&mut Table, TableError> {
+        let slot = &mut self.tables[view];
+        if slot.is_none() {
+            let log_view = &self.shared.views[view];
+            let name = &log_view.view.name;
+            let location = self
+                .settings
+                .root
+                .table(name)
+                .map_err(|e| TableError::Refused(e.to_string()))?;
+            let (table, opened) = Table::open(
+                location,
+                name,
+                &log_view.schema,
+                &[LOG_DATE.to_string()],
+                CHECKPOINT_INTERVAL,
+                &rows::stats_columns(&log_view.view),
+                false,
+            )
+            .await?;
+            tracing::info!(view = %name, table = %table.url(), version = table.version(), ?opened, "feature log table ready");
+            *slot = Some(table);
+        }
+        slot.as_mut()
+            .ok_or_else(|| TableError::Refused("no feature log table".into()))
+    }
+}
+
+/// Sleeps until `at`; forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
