@@ -124,10 +124,33 @@ pub struct Comparison {
 /// One feature of an entity compared at the same event time.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FeatureComparison {
+    /// Whether the feature was compared at all (a served answer holds only the features its
+    /// request asked for).
+    pub compared: bool,
     /// Whether online and offline hold the same value.
     pub equal: bool,
     /// Their symmetric absolute percentage error, for finite numbers.
     pub error: Option<f64>,
+}
+
+impl Comparison {
+    /// Leaves out the features not in `asked` (a served answer's features not requested):
+    /// they count as neither compared nor differing, and a skew only in them is no skew.
+    pub fn only(mut self, asked: &[bool]) -> Self {
+        for (feature, asked) in self.features.iter_mut().zip(asked) {
+            if !asked {
+                *feature = FeatureComparison {
+                    compared: false,
+                    equal: true,
+                    error: None,
+                };
+            }
+        }
+        if self.outcome == Outcome::Skew && self.features.iter().all(|f| f.equal) {
+            self.outcome = Outcome::Equal;
+        }
+        self
+    }
 }
 
 /// Whether two values read from the stores are the same value.
@@ -146,6 +169,7 @@ fn compare_features(online: &[Value], offline: &[Value]) -> Vec<FeatureCompariso
         .iter()
         .zip(offline)
         .map(|(a, b)| FeatureComparison {
+            compared: true,
             equal: same_value(a, b),
             error: as_number(a)
                 .zip(as_number(b))
@@ -305,6 +329,17 @@ mod tests {
             skew.features[0].error.map(|e| (e * 1000.0).round()),
             Some(182.0)
         );
+    }
+
+    #[test]
+    fn features_a_request_did_not_ask_for_are_not_compared() {
+        let served = online(100, vec![json!(1), Value::Null]);
+        let table_row = table(100, vec![vec![json!(1), json!("x")]]);
+        let full = compare(Some(&served), Some(&table_row), None, 0);
+        assert_eq!(full.outcome, Outcome::Skew);
+        let asked = full.only(&[true, false]);
+        assert_eq!(asked.outcome, Outcome::Equal);
+        assert!(!asked.features[1].compared);
     }
 
     #[test]

@@ -135,6 +135,9 @@ impl Tally {
             if index >= self.compared.len() {
                 break;
             }
+            if !feature.compared {
+                continue;
+            }
             self.compared[index] += 1;
             if !feature.equal {
                 self.mismatches[index] += 1;
@@ -164,7 +167,7 @@ impl Tally {
                         .features
                         .iter()
                         .zip(&self.features)
-                        .filter(|(f, _)| !f.equal)
+                        .filter(|(f, _)| f.compared && !f.equal)
                         .map(|(_, name)| name.clone())
                         .collect(),
                 });

@@ -1,12 +1,15 @@
 //! Which entities an audit looks at: all of them, the ones a caller names, or a sample of
 //! a given size chosen by key hash (the entities with the smallest hashes), so that
-//! repeated runs follow the same keys while the population stays the same.
+//! repeated runs follow the same keys while the population stays the same. The hash is the
+//! feature log's ([`entity_hash`]): a log that keeps a share `r` of entities holds the
+//! audit's sample of the smallest hashes whenever the sample is at most `r` of them.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::classify::EntityKey;
+pub use crate::serving::entity_hash;
 
 /// How entities are chosen.
 #[derive(Debug, Clone)]
@@ -17,19 +20,6 @@ pub enum Selection {
     Sample(usize),
     /// The entities named.
     Named(HashSet<EntityKey>),
-}
-
-/// A stable 64-bit hash of an entity's key values (FNV-1a over the values, each followed
-/// by a separator byte): the same in every process and version.
-pub fn entity_hash(key: &[String]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for value in key {
-        for byte in value.bytes().chain(std::iter::once(0x1f)) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
 }
 
 /// Keeps the chosen entities while candidates stream in from both stores. Readers ask

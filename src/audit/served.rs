@@ -33,6 +33,8 @@ struct Served {
     request_ms: i64,
     /// What was served; `None` when nothing was (`NOT_FOUND`, `OUTSIDE_MAX_AGE`).
     row: Option<OnlineRow>,
+    /// Per feature of the view, whether the request asked for it (its status is set).
+    asked: Vec<bool>,
 }
 
 type Logged = HashMap<EntityKey, (u64, Vec<Served>)>;
@@ -79,7 +81,8 @@ pub async fn audit_served(
                 offline.as_ref(),
                 None,
                 answer.request_ms,
-            );
+            )
+            .only(&answer.asked);
             compared += 1;
             tally.add(
                 entity,
@@ -215,6 +218,10 @@ fn logged_in_batch(
             continue;
         };
         let present = statuses.iter().any(|status| is_present(*status, row));
+        let asked: Vec<bool> = statuses
+            .iter()
+            .map(|status| status.is_none_or(|s| !s.is_null(row)))
+            .collect();
         let served = event_time_millis(event_time, row)
             .filter(|_| present)
             .map(|event_time_ms| OnlineRow {
@@ -228,6 +235,7 @@ fn logged_in_batch(
             .push(Served {
                 request_ms,
                 row: served,
+                asked,
             });
     }
     Ok(())

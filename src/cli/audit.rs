@@ -11,6 +11,7 @@ use clap::Args;
 use super::{ConfigArgs, EXIT_CONFIG};
 use crate::audit::{AuditTarget, EntityKey, Selection};
 use crate::config::{PipelineConfig, ServiceConfig};
+use crate::sink::delta::TableRoot;
 
 /// Exit status when an entity is in a defect class (table ahead, skew, missing online).
 pub const EXIT_DEFECTS: u8 = 1;
@@ -35,6 +36,13 @@ pub struct AuditArgs {
     /// older partitions are not read.
     #[arg(long, value_parser = humantime::parse_duration)]
     since: Option<Duration>,
+    /// Compare the log of served features (`serving.feature_logging`) with the table at
+    /// each request's time instead of the online store now.
+    #[arg(long, conflicts_with_all = ["entities", "since"])]
+    served: bool,
+    /// Where the served-feature logs are (default: `serving.feature_logging.url`).
+    #[arg(long, requires = "served")]
+    log_url: Option<String>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -70,7 +78,32 @@ pub async fn audit(args: AuditArgs) -> ExitCode {
     let since_ms = args.since.map(|since| {
         chrono::Utc::now().timestamp_millis() - i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
     });
-    let report = match crate::audit::audit(&target, selection, since_ms).await {
+    let audited = if args.served {
+        let url = args.log_url.clone().or_else(|| {
+            service
+                .serving
+                .feature_logging
+                .as_ref()
+                .and_then(|logging| logging.url.clone())
+        });
+        let Some(url) = url else {
+            eprintln!("error: --served: no serving.feature_logging.url in the service file; give --log-url");
+            return ExitCode::from(EXIT_CONFIG);
+        };
+        let log = match TableRoot::open(&url, args.config.root(), &service.object_store.options)
+            .and_then(|root| root.table(&pipeline.name))
+        {
+            Ok(log) => log,
+            Err(e) => {
+                eprintln!("error: --served: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        };
+        crate::audit::audit_served(&target, log, selection).await
+    } else {
+        crate::audit::audit(&target, selection, since_ms).await
+    };
+    let report = match audited {
         Ok(report) => report,
         Err(e) => {
             eprintln!("error: {e}");

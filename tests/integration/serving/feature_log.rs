@@ -142,7 +142,7 @@ async fn every_served_row_is_logged_once_and_feast_reads_the_log() {
     project.pipeline(
         "user_features",
         &format!("online:\n  key_prefix: {prefix}"),
-        "offline:\n  enabled: false",
+        "offline:\n  url: file://offline\n  rollover_interval: 1s",
     );
     project.serving_extra(
         "  feature_logging:\n    url: file://served\n    views:\n      user_features: 1.0\n    rollover_interval: 1s\n    rollover_rows: 1000",
@@ -165,6 +165,38 @@ async fn every_served_row_is_logged_once_and_feast_reads_the_log() {
     let (code, log) = connector.stop_with_log();
     assert_eq!(code, 0, "{log}");
     assert_quiet("feature logging", &log);
+
+    // The logged answers against the offline table at each request's time: the found rows
+    // equal the table's, the unknown user is in neither.
+    let audit = project.run_command(&[
+        "audit",
+        "--pipeline",
+        "user_features",
+        "--served",
+        "--sample",
+        "all",
+        "--json",
+    ]);
+    let report: Value = serde_json::from_slice(&audit.stdout).unwrap_or_else(|e| {
+        panic!(
+            "audit --served: {e}: {}",
+            String::from_utf8_lossy(&audit.stderr)
+        )
+    });
+    assert_eq!(exit_code(audit.status), 0, "{report:#}");
+    let logged = answers.len() * USERS.len();
+    assert_eq!(report["entities"], json!(logged), "{report:#}");
+    assert_eq!(
+        report["outcomes"]["equal"],
+        json!(answers.len() * 2),
+        "{report:#}"
+    );
+    assert_eq!(
+        report["outcomes"]["absent"],
+        json!(answers.len()),
+        "{report:#}"
+    );
+    assert_eq!(report["defects"], json!(0), "{report:#}");
 
     let served = project.path().join("served");
     let store = format!("file://{}", served.display());
