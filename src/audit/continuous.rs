@@ -2,6 +2,12 @@
 //! audited on a sample of `audit.sample` entities within `audit.window`, one pipeline after
 //! the other (an audit reads files; two at once would take more CPU from ingest), and the
 //! outcome goes to the `audit_*` gauges.
+//!
+//! Each pipeline's audit keeps what it learnt of the table between runs: the sample, the
+//! newest row of each sampled entity and the data files already read. A run reads only the
+//! files committed since the previous one (a compaction's rewritten files too, whose rows
+//! change nothing), and within them decodes whole only the rows of sampled entities; so its
+//! cost follows what was ingested since, not the window.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,10 +15,20 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{audit, AuditConfig, AuditReport, AuditTarget, Outcome, Selection};
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use super::offline::read_newest;
+use super::sample::Sampler;
+use super::{
+    compare_with_online, entity_hash, AuditConfig, AuditError, AuditReport, AuditTarget, EntityKey,
+    OfflineRow, Outcome, Selection, TableRead,
+};
 use crate::metrics::{
     AuditFeatureLabels, AuditOutcomeLabels, AuditRunLabels, Metrics, PipelineLabels,
 };
+use crate::sink::delta::ops::partition_end_ms;
+use crate::sink::delta::Table;
 
 /// Audits `targets` every `config.interval` until `cancel` fires.
 pub async fn run(
@@ -25,6 +41,10 @@ pub async fn run(
         return;
     }
     let window_ms = i64::try_from(config.window.as_millis()).unwrap_or(i64::MAX);
+    let mut audits: Vec<RunningAudit> = targets
+        .into_iter()
+        .map(|target| RunningAudit::new(target, config.sample, window_ms))
+        .collect();
     let mut ticks = tokio::time::interval_at(
         tokio::time::Instant::now() + config.interval,
         config.interval.max(Duration::from_secs(1)),
@@ -35,14 +55,12 @@ pub async fn run(
             () = cancel.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        for target in &targets {
-            let since = chrono::Utc::now()
-                .timestamp_millis()
-                .saturating_sub(window_ms);
-            let span = tracing::info_span!("audit", pipeline = %target.pipeline);
+        for running in &mut audits {
+            let pipeline = running.target.pipeline.clone();
+            let span = tracing::info_span!("audit", pipeline = %pipeline);
             let outcome = tokio::select! {
                 () = cancel.cancelled() => return,
-                outcome = audit(target, Selection::Sample(config.sample), Some(since)).instrument(span) => outcome,
+                outcome = running.run().instrument(span) => outcome,
             };
             match outcome {
                 Ok(report) => publish(&metrics, &report),
@@ -51,14 +69,104 @@ pub async fn run(
                         .consistency
                         .audit_runs
                         .get_or_create(&AuditRunLabels {
-                            pipeline: target.pipeline.clone(),
+                            pipeline: pipeline.clone(),
                             result: "failed",
                         })
                         .inc();
-                    tracing::warn!(pipeline = %target.pipeline, error = %e, "audit could not read a store; trying again at the next interval");
+                    running.reset();
+                    tracing::warn!(pipeline = %pipeline, error = %e, "audit could not read a store; trying again at the next interval");
                 }
             }
         }
+    }
+}
+
+/// One pipeline's audit with what it keeps between runs.
+struct RunningAudit {
+    target: AuditTarget,
+    sample: usize,
+    window_ms: i64,
+    sampler: Sampler,
+    /// The newest row of each sampled entity, from the files read so far.
+    rows: HashMap<EntityKey, OfflineRow>,
+    /// The data files already read (paths relative to the table).
+    seen: HashSet<String>,
+}
+
+impl RunningAudit {
+    fn new(target: AuditTarget, sample: usize, window_ms: i64) -> Self {
+        Self {
+            target,
+            sample,
+            window_ms,
+            sampler: Sampler::new(Selection::Sample(sample)),
+            rows: HashMap::new(),
+            seen: HashSet::new(),
+        }
+    }
+
+    /// Forgets what was learnt (after a failed run, whose reads may be partial).
+    fn reset(&mut self) {
+        *self = Self::new(self.target.clone(), self.sample, self.window_ms);
+    }
+
+    async fn run(&mut self) -> Result<AuditReport, AuditError> {
+        let started = Instant::now();
+        let audited_at_ms = chrono::Utc::now().timestamp_millis();
+        let since = audited_at_ms.saturating_sub(self.window_ms);
+        let table = Table::open_existing(self.target.table.clone()).await?;
+        let files = table.active_files().await?;
+        let current: HashSet<String> = files.iter().map(|f| f.path.clone()).collect();
+        let mut read = TableRead {
+            version: table.version(),
+            ..TableRead::default()
+        };
+        let new: Vec<_> = files
+            .into_iter()
+            .filter(|file| !self.seen.contains(&file.path))
+            .filter(|file| {
+                let recent = partition_end_ms(&file.partition).is_none_or(|end| end > since);
+                if !recent {
+                    read.files_skipped += 1;
+                }
+                recent
+            })
+            .collect();
+        read.files_read = new.len();
+        read.rows_read = read_newest(
+            table.store(),
+            new,
+            &self.target.layout,
+            &mut self.sampler,
+            &mut self.rows,
+        )
+        .await?;
+        self.seen = current;
+        let aged: Vec<EntityKey> = self
+            .rows
+            .iter()
+            .filter(|(_, row)| row.event_time_ms < since)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in aged {
+            self.rows.remove(&key);
+            self.sampler.forget(&key, entity_hash(&key));
+        }
+        let (report, online_only) = compare_with_online(
+            &self.target,
+            &mut self.sampler,
+            &mut self.rows,
+            read,
+            Some(since),
+            audited_at_ms,
+            started,
+        )
+        .await?;
+        // Found again by the next run's scan; meanwhile they hold no place in the sample.
+        for key in online_only {
+            self.sampler.forget(&key, entity_hash(&key));
+        }
+        Ok(report)
     }
 }
 

@@ -18,7 +18,7 @@ mod sample;
 mod served;
 mod values;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 pub use classify::{compare, EntityKey, OfflineRow, OnlineRow, Outcome};
@@ -67,7 +67,7 @@ pub struct AuditTarget {
 }
 
 /// Audits `target` over the entities `selection` chooses; files of partitions that ended
-/// before `since_ms` are not read (their entities then count as not in the table).
+/// before `since_ms` are not read, and entities with no event since then are left out.
 pub async fn audit(
     target: &AuditTarget,
     selection: Selection,
@@ -75,36 +75,73 @@ pub async fn audit(
 ) -> Result<AuditReport, AuditError> {
     let started = Instant::now();
     let audited_at_ms = chrono::Utc::now().timestamp_millis();
-    let selection_name = match &selection {
-        Selection::All => "all",
-        Selection::Sample(_) => "sample by key hash",
-        Selection::Named(_) => "named",
-    };
-    let named = match &selection {
-        Selection::Named(names) => Some(names.clone()),
-        _ => None,
-    };
     let mut sampler = Sampler::new(selection);
     let table = Table::open_existing(target.table.clone()).await?;
     let mut table_rows =
         offline::newest_rows(&table, &target.layout, &mut sampler, since_ms).await?;
+    let read = TableRead {
+        version: table_rows.version,
+        files_read: table_rows.files_read,
+        files_skipped: table_rows.files_skipped,
+        rows_read: table_rows.rows_read,
+    };
+    let (report, _) = compare_with_online(
+        target,
+        &mut sampler,
+        &mut table_rows.rows,
+        read,
+        since_ms,
+        audited_at_ms,
+        started,
+    )
+    .await?;
+    Ok(report)
+}
+
+/// What was read of the table for an audit.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TableRead {
+    /// The snapshot's version.
+    pub version: u64,
+    /// Data files read.
+    pub files_read: usize,
+    /// Data files skipped by their partition.
+    pub files_skipped: usize,
+    /// Rows read.
+    pub rows_read: u64,
+}
+
+/// The second half of an audit, once the table's newest rows of the sampled entities are
+/// in `table_rows`: the online store's entities offered to `sampler` too (evicted ones
+/// leave `table_rows`), their online rows read, every entity compared. Returns the report
+/// and the entities that are only online.
+pub(crate) async fn compare_with_online(
+    target: &AuditTarget,
+    sampler: &mut Sampler,
+    table_rows: &mut HashMap<EntityKey, OfflineRow>,
+    read: TableRead,
+    since_ms: Option<i64>,
+    audited_at_ms: i64,
+    started: Instant,
+) -> Result<(AuditReport, Vec<EntityKey>), AuditError> {
     let mut online_only = Vec::new();
     let scanned = online::scan_entities(
         &target.redis,
         &target.view,
-        &mut sampler,
+        sampler,
         |evicted| {
-            table_rows.rows.remove(&evicted);
+            table_rows.remove(&evicted);
         },
         &mut online_only,
     )
     .await?;
-    let entities: Vec<EntityKey> = match named {
-        Some(names) => names.into_iter().collect(),
+    let named = sampler.named().cloned();
+    let entities: Vec<EntityKey> = match &named {
+        Some(names) => names.iter().cloned().collect(),
         None => {
-            let mut seen: HashSet<&EntityKey> = HashSet::with_capacity(table_rows.rows.len());
-            let mut keys = Vec::with_capacity(table_rows.rows.len() + online_only.len());
-            for key in table_rows.rows.keys().chain(online_only.iter()) {
+            let mut seen: HashSet<&EntityKey> = HashSet::with_capacity(table_rows.len());
+            let mut keys = Vec::with_capacity(table_rows.len() + online_only.len());
+            for key in table_rows.keys().chain(online_only.iter()) {
                 if sampler.admits(key, entity_hash(key)) && seen.insert(key) {
                     keys.push(key.clone());
                 }
@@ -128,9 +165,19 @@ pub async fn audit(
     let mut tally = Tally::new(keys, features);
     let mut compared = 0;
     for (entity, online) in entities.iter().zip(&online_rows) {
-        let offline = table_rows.rows.get(entity);
+        let offline = table_rows.get(entity);
+        let newest = online
+            .as_ref()
+            .map(|o| o.event_time_ms)
+            .max(offline.map(|o| o.event_time_ms));
+        if since_ms.is_some_and(|since| newest.is_none_or(|newest| newest < since))
+            && named.is_none()
+        {
+            // No event in the window: outside this audit.
+            continue;
+        }
         let comparison = compare(online.as_ref(), offline, ttl_ms, audited_at_ms);
-        if comparison.outcome == Outcome::Absent && selection_name != "named" {
+        if comparison.outcome == Outcome::Absent && named.is_none() {
             // A key of another view sharing the Feast hash: not this view's entity.
             continue;
         }
@@ -143,15 +190,15 @@ pub async fn audit(
         );
     }
     let (outcomes, defects) = tally.outcomes();
-    Ok(AuditReport {
+    let report = AuditReport {
         pipeline: target.pipeline.clone(),
-        selection: selection_name.to_string(),
+        selection: sampler.describe().to_string(),
         entities: compared,
         audited_at_ms,
-        table_version: table_rows.version,
-        files_read: table_rows.files_read,
-        files_skipped: table_rows.files_skipped,
-        rows_read: table_rows.rows_read,
+        table_version: read.version,
+        files_read: read.files_read,
+        files_skipped: read.files_skipped,
+        rows_read: read.rows_read,
         online_keys_scanned: scanned,
         outcomes,
         defects,
@@ -159,5 +206,10 @@ pub async fn audit(
         lag: tally.lag(),
         examples: tally.take_examples(),
         seconds: started.elapsed().as_secs_f64(),
-    })
+    };
+    let online_only = online_only
+        .into_iter()
+        .filter(|key| !table_rows.contains_key(key))
+        .collect();
+    Ok((report, online_only))
 }

@@ -5,12 +5,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use std::fmt::Write as _;
+
+use arrow::array::{ArrayRef, BooleanArray, BooleanBuilder, RecordBatch};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::StreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBuilder, RowFilter};
 use parquet::arrow::ProjectionMask;
 
 use super::classify::{EntityKey, OfflineRow};
@@ -18,6 +20,7 @@ use super::sample::{entity_hash, Offered, SampleFilter, Sampler};
 use super::values::table_value;
 use super::AuditError;
 use crate::record::{event_time_millis, RowLayout};
+use crate::serving::KeyHasher;
 use crate::sink::delta::ops::partition_end_ms;
 use crate::sink::delta::{ActiveFile, Table};
 
@@ -65,40 +68,98 @@ pub async fn newest_rows(
         })
         .collect();
     out.files_read = wanted.len();
+    out.rows_read = read_newest(table.store(), wanted, layout, sampler, &mut out.rows).await?;
+    Ok(out)
+}
+
+/// Reads `files` of `store`, folding the newest row of each entity `sampler` takes into
+/// `rows` (evicted entities leave it); returns the rows read. Only the key columns are
+/// decoded for rows whose entity is not taken.
+pub async fn read_newest(
+    store: &Arc<dyn ObjectStore>,
+    files: Vec<ActiveFile>,
+    layout: &RowLayout,
+    sampler: &mut Sampler,
+    rows: &mut HashMap<EntityKey, OfflineRow>,
+) -> Result<u64, AuditError> {
     let layout = Arc::new(layout.clone());
     let filter = sampler.filter();
-    let mut reads = futures::stream::iter(wanted)
+    let mut reads = futures::stream::iter(files)
         .map(|file| {
             let (layout, filter) = (layout.clone(), filter.clone());
             fold_file(
-                table.store().clone(),
+                store.clone(),
                 file.path,
                 layout.columns(),
+                Some(KeyFilter {
+                    keys: layout.keys.clone(),
+                    filter: filter.clone(),
+                }),
                 HashMap::new(),
                 move |batch, rows| newest_in_batch(batch, &layout, &filter, rows),
             )
         })
         .buffer_unordered(FILES_AT_ONCE);
+    let mut rows_read = 0;
     while let Some(read) = reads.next().await {
-        let (rows, read) = read?;
-        out.rows_read += read;
-        for (key, (hash, row)) in rows {
+        let (file_rows, read) = read?;
+        rows_read += read;
+        for (key, (hash, row)) in file_rows {
             match sampler.offer(&key, hash) {
                 Offered::Refused => continue,
                 Offered::KeptEvicting(evicted) => {
-                    out.rows.remove(&evicted);
+                    rows.remove(&evicted);
                 }
                 Offered::Kept => {}
             }
-            match out.rows.get_mut(&key) {
+            match rows.get_mut(&key) {
                 Some(newest) => newest.merge(row),
                 None => {
-                    out.rows.insert(key, row);
+                    rows.insert(key, row);
                 }
             }
         }
     }
-    Ok(out)
+    Ok(rows_read)
+}
+
+/// Which rows of a file are worth decoding whole: those whose entity the sample may take,
+/// judged from the key columns alone.
+pub(super) struct KeyFilter {
+    /// The key columns.
+    pub keys: Vec<String>,
+    /// The sample's filter.
+    pub filter: Arc<SampleFilter>,
+}
+
+impl KeyFilter {
+    /// For each row of `batch` (holding the key columns), whether its entity may be taken.
+    fn admitted(&self, batch: &RecordBatch) -> Result<BooleanArray, arrow::error::ArrowError> {
+        let formatters = key_columns(batch, &self.keys)?;
+        let mut text = String::new();
+        let mut admitted = BooleanBuilder::with_capacity(batch.num_rows());
+        for row in 0..batch.num_rows() {
+            let mut hasher = KeyHasher::new();
+            for formatter in &formatters {
+                text.clear();
+                let _ = write!(text, "{}", formatter.value(row));
+                hasher.value(text.as_bytes());
+            }
+            let hash = hasher.finish();
+            let keep = match self.filter.admits_hash(hash) {
+                Some(keep) => keep,
+                None => {
+                    let key: EntityKey = formatters
+                        .iter()
+                        .map(|f| f.value(row).to_string())
+                        .collect();
+                    self.filter.admits(&key, hash)
+                }
+            };
+            admitted.append_value(keep);
+        }
+        Ok(admitted.finish())
+    }
 }
 
 /// Every row (event time, values) of `entities` with an event time up to `until_ms`, per
@@ -123,6 +184,7 @@ pub async fn history_rows(
                 table.store().clone(),
                 file.path,
                 layout.columns(),
+                None,
                 HashMap::new(),
                 move |batch, rows: &mut HashMap<EntityKey, Vec<(i64, Vec<serde_json::Value>)>>| {
                     let keys = key_columns(batch, &layout.keys)?;
@@ -175,12 +237,14 @@ fn partition_start_ms(values: &std::collections::BTreeMap<String, Option<String>
     partition_end_ms(values).map(|end| end - span)
 }
 
-/// Reads the file at `path` of `store` with only `columns`, folding each record batch into
-/// `state` on a blocking thread; returns the state and the rows read.
+/// Reads the file at `path` of `store` with only `columns` (and, with `key_filter`, only the
+/// rows it admits), folding each record batch into `state` on a blocking thread; returns
+/// the state and the rows read.
 pub(super) async fn fold_file<S, F>(
     store: Arc<dyn ObjectStore>,
     path: String,
     columns: Vec<String>,
+    key_filter: Option<KeyFilter>,
     mut state: S,
     fold: F,
 ) -> Result<(S, u64), AuditError>
@@ -207,6 +271,22 @@ where
             .map(|(index, _)| index)
             .collect();
         let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let mut builder = builder;
+        if let Some(key_filter) = key_filter.filter(|f| !f.filter.admits_all()) {
+            let key_roots: Vec<usize> = builder
+                .schema()
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(_, field)| key_filter.keys.contains(field.name()))
+                .map(|(index, _)| index)
+                .collect();
+            let key_mask = ProjectionMask::roots(builder.parquet_schema(), key_roots);
+            let predicate = ArrowPredicateFn::new(key_mask, move |batch: RecordBatch| {
+                key_filter.admitted(&batch)
+            });
+            builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
+        }
         let reader = builder
             .with_projection(mask)
             .with_batch_size(16_384)

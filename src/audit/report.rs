@@ -73,6 +73,9 @@ pub struct LagReport {
     pub p50_seconds: f64,
     /// The newest event time online among them (epoch ms).
     pub newest_online_event_time_ms: i64,
+    /// The oldest online event time among them (epoch ms): the table holds every event
+    /// before it, for these entities.
+    pub oldest_online_event_time_ms: i64,
 }
 
 /// One entity of an outcome.
@@ -101,6 +104,7 @@ pub struct Tally {
     error_counts: Vec<usize>,
     lags_ms: Vec<i64>,
     newest_ahead_ms: i64,
+    oldest_ahead_ms: i64,
     examples: BTreeMap<&'static str, Vec<Example>>,
 }
 
@@ -118,6 +122,7 @@ impl Tally {
             error_counts: vec![0; n],
             lags_ms: Vec::new(),
             newest_ahead_ms: i64::MIN,
+            oldest_ahead_ms: i64::MAX,
             examples: BTreeMap::new(),
         }
     }
@@ -150,6 +155,7 @@ impl Tally {
         if let Some(lag) = comparison.lag_ms {
             self.lags_ms.push(lag);
             self.newest_ahead_ms = self.newest_ahead_ms.max(online_ms.unwrap_or(i64::MIN));
+            self.oldest_ahead_ms = self.oldest_ahead_ms.min(online_ms.unwrap_or(i64::MAX));
         }
         if comparison.outcome != Outcome::Equal {
             let examples = self.examples.entry(comparison.outcome.name()).or_default();
@@ -210,6 +216,7 @@ impl Tally {
             max_seconds: seconds(*self.lags_ms.last().unwrap_or(&0)),
             p50_seconds: seconds(self.lags_ms[self.lags_ms.len() / 2]),
             newest_online_event_time_ms: self.newest_ahead_ms,
+            oldest_online_event_time_ms: self.oldest_ahead_ms,
         })
     }
 

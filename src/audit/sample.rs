@@ -40,6 +40,21 @@ pub struct SampleFilter {
 }
 
 impl SampleFilter {
+    /// Whether every entity is admitted (no filter to apply).
+    pub fn admits_all(&self) -> bool {
+        matches!(self.selection, Selection::All)
+    }
+
+    /// Whether an entity with this hash may be in the sample; `None` when that depends on
+    /// its key (named entities).
+    pub fn admits_hash(&self, hash: u64) -> Option<bool> {
+        match &self.selection {
+            Selection::All => Some(true),
+            Selection::Sample(_) => Some(hash <= self.threshold.load(Ordering::Relaxed)),
+            Selection::Named(_) => None,
+        }
+    }
+
     /// Whether an entity with this key and hash may be in the sample.
     pub fn admits(&self, key: &EntityKey, hash: u64) -> bool {
         match &self.selection {
@@ -71,6 +86,29 @@ impl Sampler {
             }),
             kept: BTreeSet::new(),
         }
+    }
+
+    /// The entities named, when the selection names them.
+    pub fn named(&self) -> Option<&HashSet<EntityKey>> {
+        match &self.filter.selection {
+            Selection::Named(names) => Some(names),
+            _ => None,
+        }
+    }
+
+    /// How the selection reads in a report.
+    pub fn describe(&self) -> &'static str {
+        match &self.filter.selection {
+            Selection::All => "all",
+            Selection::Sample(_) => "sample by key hash",
+            Selection::Named(_) => "named",
+        }
+    }
+
+    /// Takes `key` out of the sample (its place may go to another entity whose hash is at
+    /// most the current threshold).
+    pub fn forget(&mut self, key: &EntityKey, hash: u64) {
+        self.kept.remove(&(hash, key.clone()));
     }
 
     /// The readers' filter.

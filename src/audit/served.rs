@@ -157,6 +157,7 @@ async fn read_log(
                 log.store().clone(),
                 file.path,
                 columns.clone(),
+                None,
                 Logged::new(),
                 move |batch, logged| {
                     logged_in_batch(

@@ -39,7 +39,7 @@ pub use feature_log::{FeatureLog, FeatureLogError};
 pub use guard::Guard;
 pub use read_cache::{CachedRow, ReadCache};
 pub use reader::{FeatureReader, Found, Lookup, QueryError};
-pub use sample::{entity_hash, SampleRate};
+pub use sample::{entity_hash, KeyHasher, SampleRate};
 pub use server::{router, serve_reads, Reads, ServingState};
 pub use values::{feast_float, ValueStyle};
 pub use view::FeatureView;

@@ -13,14 +13,42 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 /// that every bit depends on every input byte. Fixed forever: logged tables and audits of
 /// different versions choose the same entities.
 pub fn entity_hash(key_values: &[String]) -> u64 {
-    let mut hash = FNV_OFFSET;
+    let mut hasher = KeyHasher::new();
     for value in key_values {
-        for &byte in value.as_bytes().iter().chain(&[0xFF]) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(FNV_PRIME);
+        hasher.value(value.as_bytes());
+    }
+    hasher.finish()
+}
+
+/// [`entity_hash`] fed one key value at a time, for readers that have the values as bytes
+/// and would rather not gather them into strings first.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl Default for KeyHasher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KeyHasher {
+    /// A hasher before the first value.
+    pub fn new() -> Self {
+        Self(FNV_OFFSET)
+    }
+
+    /// Adds the next key value's text.
+    pub fn value(&mut self, text: &[u8]) {
+        for &byte in text.iter().chain(&[0xFF]) {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(FNV_PRIME);
         }
     }
-    finalize(hash)
+
+    /// The hash of the values added.
+    pub fn finish(self) -> u64 {
+        finalize(self.0)
+    }
 }
 
 /// MurmurHash3's `fmix64`.

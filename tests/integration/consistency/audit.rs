@@ -109,13 +109,10 @@ async fn replicas_killed_mid_stream_leave_online_and_offline_equal() {
     assert_eq!(code, 0, "{live:#}");
     assert_eq!(live["defects"], 0, "{live:#}");
     if let Some(lag) = live["lag"].as_object() {
-        let max = lag["max_seconds"].as_f64().expect("max lag");
-        let newest = lag["newest_online_event_time_ms"].as_i64().expect("newest");
-        assert!(
-            max <= 3.0,
-            "table lag beyond a rollover and its commit: {live:#}"
-        );
-        assert!(newest >= last_event_ms - 3_000, "{live:#}");
+        // Every event online ahead of the table arrived within about a rollover (1 s) of
+        // the last one, its commit and the audit's start included.
+        let oldest = lag["oldest_online_event_time_ms"].as_i64().expect("oldest");
+        assert!(oldest >= last_event_ms - 3_000, "{live:#}");
     }
 
     let partitions: Vec<String> = (0..4)
