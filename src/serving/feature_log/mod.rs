@@ -22,7 +22,7 @@ mod writer;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
@@ -97,9 +97,22 @@ pub(crate) struct Shared {
     /// Rows offered and not yet committed (or given up).
     waiting: AtomicUsize,
     queue_rows: usize,
+    /// Random per process: request ids are it with the request's number mixed in.
+    id_base: u128,
+    /// Requests logged so far.
+    requests: AtomicU64,
 }
 
 impl Shared {
+    /// A new request id: a UUID v4 unique in this process (its random bits are the
+    /// process's base with a counter mixed in), made without a system call per request.
+    fn request_id(&self) -> uuid::Uuid {
+        let n = u128::from(self.requests.fetch_add(1, Ordering::Relaxed));
+        // The counter stays in the low 62 bits, clear of the version and variant bits.
+        let bytes = (self.id_base ^ n).to_be_bytes();
+        uuid::Builder::from_random_bytes(bytes).into_uuid()
+    }
+
     /// Takes room for `rows` more rows, unless that would pass `queue_rows`.
     fn reserve(&self, rows: usize) -> bool {
         self.waiting
@@ -201,6 +214,8 @@ impl FeatureLog {
             by_name,
             waiting: AtomicUsize::new(0),
             queue_rows: config.queue_rows,
+            id_base: uuid::Uuid::new_v4().as_u128(),
+            requests: AtomicU64::new(0),
         });
         Ok((Self { shared, sender }, receiver))
     }
@@ -250,7 +265,7 @@ impl FeatureLog {
                 continue;
             }
             let id = request_id
-                .get_or_insert_with(|| Arc::from(uuid::Uuid::new_v4().to_string()))
+                .get_or_insert_with(|| Arc::from(self.shared.request_id().to_string()))
                 .clone();
             let request = LoggedRequest {
                 view: index,

@@ -20,6 +20,8 @@ use crate::sink::delta::{parquet_properties, CommitError, Compression, Table, Ta
 /// How long the writer keeps taking rows after shutdown began, for answers still being
 /// written (the serving listener drains its requests within 5 s).
 const CLOSING_GRACE: Duration = Duration::from_secs(10);
+/// How often the writer takes the rows offered since its last look.
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// Commits that lose the race to another writer are tried again at once this many times
 /// before backing off.
 const CONFLICT_RETRIES: u32 = 10;
@@ -92,6 +94,8 @@ impl Writer {
             }
         }
         let mut closing: Option<Instant> = None;
+        let mut drain = tokio::time::interval(DRAIN_EVERY);
+        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let due = self
                 .pending
@@ -100,16 +104,30 @@ impl Writer {
                 .min()
                 .map(|since| since + self.settings.rollover_interval);
             tokio::select! {
-                request = receiver.recv() => match request {
-                    Some(request) => {
-                        let view = request.view;
-                        self.push(request);
-                        if self.pending[view].rows >= self.settings.rollover_rows {
-                            self.commit(view).await;
+                _ = drain.tick() => {
+                    // Taken in batches rather than awaited one by one: a sender then never
+                    // wakes this task (a thread of another runtime) for each answer.
+                    let mut ended = false;
+                    loop {
+                        match receiver.try_recv() {
+                            Ok(request) => {
+                                let view = request.view;
+                                self.push(request);
+                                if self.pending[view].rows >= self.settings.rollover_rows {
+                                    self.commit(view).await;
+                                }
+                            }
+                            Err(mpsc::error::TryRecvError::Empty) => break,
+                            Err(mpsc::error::TryRecvError::Disconnected) => {
+                                ended = true;
+                                break;
+                            }
                         }
                     }
-                    None => break,
-                },
+                    if ended {
+                        break;
+                    }
+                }
                 () = sleep_until(due) => {
                     let now = Instant::now();
                     for view in 0..self.pending.len() {
