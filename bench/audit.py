@@ -7,7 +7,8 @@ Pulsar, Redis and a local Delta table.
      time, CPU seconds and peak RSS of the whole process (wait4), and the outcomes;
   3. ingest with the continuous audit off, on at its default interval, and on at a stress
      interval (`--stress-interval`): the same backlog (`--drain-events`) drained from a new
-     subscription into empty keys and a new table each time, rounds alternated; events/s of
+     subscription into empty keys and a new table each time, the settings' order reversed
+     every other round; events/s of
      each, from the first message received to every lane's acknowledgement of the last, and
      the audits that ran meanwhile (`audit_runs_total`).
 Prints the tables (Markdown).
@@ -75,7 +76,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--entities", type=int, default=100_000)
-    parser.add_argument("--drain-events", type=int, default=6_000_000)
+    parser.add_argument("--drain-events", type=int, default=12_000_000,
+                        help="long enough that an audit at the default interval (1m) falls inside the drain")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--stress-interval", default="5s")
     args = parser.parse_args()
@@ -110,7 +112,8 @@ def main():
         ]
         results = {name: [] for name, _ in settings}
         for round_ in range(args.rounds):
-            for name, extra in settings:
+            # Every other round in reverse, so that no setting always follows the same one.
+            for name, extra in (settings if round_ % 2 == 0 else settings[::-1]):
                 table = work / f"drain-{uuid.uuid4().hex[:6]}"
                 seconds, cpu, audits = drain(drain_topic, f"d{uuid.uuid4().hex[:6]}", table, args.drain_events, extra)
                 results[name].append((args.drain_events / seconds, cpu, audits))

@@ -135,15 +135,18 @@ pub(super) struct KeyFilter {
 impl KeyFilter {
     /// For each row of `batch` (holding the key columns), whether its entity may be taken.
     fn admitted(&self, batch: &RecordBatch) -> Result<BooleanArray, arrow::error::ArrowError> {
+        let columns = self
+            .keys
+            .iter()
+            .map(|name| required(batch, name))
+            .collect::<Result<Vec<_>, _>>()?;
         let formatters = key_columns(batch, &self.keys)?;
         let mut text = String::new();
         let mut admitted = BooleanBuilder::with_capacity(batch.num_rows());
         for row in 0..batch.num_rows() {
             let mut hasher = KeyHasher::new();
-            for formatter in &formatters {
-                text.clear();
-                let _ = write!(text, "{}", formatter.value(row));
-                hasher.value(text.as_bytes());
+            for (column, formatter) in columns.iter().zip(&formatters) {
+                hash_key_value(&mut hasher, column, formatter, row, &mut text);
             }
             let hash = hasher.finish();
             let keep = match self.filter.admits_hash(hash) {
@@ -160,6 +163,41 @@ impl KeyFilter {
         }
         Ok(admitted.finish())
     }
+}
+
+/// Adds a key value's text to `hasher`: strings as they are, integers written into `text`
+/// (reused), anything else through its formatter; the same text the key's string form has.
+fn hash_key_value(
+    hasher: &mut KeyHasher,
+    column: &ArrayRef,
+    formatter: &ArrayFormatter<'_>,
+    row: usize,
+    text: &mut String,
+) {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{DataType, Int32Type, Int64Type};
+    if column.is_null(row) {
+        hasher.value(b"");
+        return;
+    }
+    text.clear();
+    match column.data_type() {
+        DataType::Utf8 => return hasher.value(column.as_string::<i32>().value(row).as_bytes()),
+        DataType::LargeUtf8 => {
+            return hasher.value(column.as_string::<i64>().value(row).as_bytes())
+        }
+        DataType::Utf8View => return hasher.value(column.as_string_view().value(row).as_bytes()),
+        DataType::Int64 => {
+            let _ = write!(text, "{}", column.as_primitive::<Int64Type>().value(row));
+        }
+        DataType::Int32 => {
+            let _ = write!(text, "{}", column.as_primitive::<Int32Type>().value(row));
+        }
+        _ => {
+            let _ = write!(text, "{}", formatter.value(row));
+        }
+    }
+    hasher.value(text.as_bytes());
 }
 
 /// Every row (event time, values) of `entities` with an event time up to `until_ms`, per
@@ -377,4 +415,53 @@ fn newest_in_batch(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::audit::sample::Selection;
+
+    #[test]
+    fn the_key_filter_hashes_keys_as_their_text_does() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("user", DataType::Utf8, true),
+            Field::new("shop", DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec![Some("a"), Some("b"), None])),
+                Arc::new(Int64Array::from(vec![Some(-7), Some(42), Some(3)])),
+            ],
+        )
+        .unwrap();
+        let named = |key: [&str; 2]| {
+            let key: EntityKey = key.iter().map(|v| (*v).to_string()).collect();
+            Sampler::new(Selection::Named([key].into_iter().collect()))
+        };
+        for (key, row) in [(["a", "-7"], 0), (["b", "42"], 1), (["", "3"], 2)] {
+            let sampler = named(key);
+            let filter = KeyFilter {
+                keys: vec!["user".into(), "shop".into()],
+                filter: sampler.filter(),
+            };
+            let admitted = filter.admitted(&batch).unwrap();
+            let owned: Vec<String> = key.iter().map(|v| (*v).to_string()).collect();
+            let hash = entity_hash(&owned);
+            let mut hasher = KeyHasher::new();
+            let columns = [batch.column(0).clone(), batch.column(1).clone()];
+            let formatters = key_columns(&batch, &filter.keys).unwrap();
+            let mut text = String::new();
+            for (column, formatter) in columns.iter().zip(&formatters) {
+                hash_key_value(&mut hasher, column, formatter, row, &mut text);
+            }
+            assert_eq!(hasher.finish(), hash, "row {row}");
+            assert!(admitted.value(row), "row {row}");
+            assert_eq!(admitted.true_count(), 1);
+        }
+    }
 }
