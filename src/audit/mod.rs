@@ -37,15 +37,23 @@ use sample::Sampler;
 /// Why an audit could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
-    /// The table could not be opened or read.
-    #[error("offline table: {0}")]
-    Table(String),
+    /// A data file of the table could not be read.
+    #[error("offline table: reading {path}: {source}")]
+    TableFile {
+        /// The file, relative to the table.
+        path: String,
+        /// Why (the store, the Parquet reader, or the reading task).
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The table's log could not be read.
     #[error("offline table: {0}")]
     TableLog(#[from] TableError),
-    /// The online store could not be read.
+    /// The online store's client could not be set up.
     #[error("online store: {0}")]
-    Online(String),
+    OnlineSetup(#[from] crate::sink::redis::RedisSetupError),
+    /// Scanning the online store's keys failed.
+    #[error("online store: scanning keys: {0}")]
+    Scan(#[from] redis::RedisError),
     /// A read of the online store failed.
     #[error("online store: {0}")]
     Query(#[from] QueryError),

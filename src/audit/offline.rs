@@ -290,16 +290,20 @@ where
     S: Send + 'static,
     F: Fn(&RecordBatch, &mut S) -> Result<(), arrow::error::ArrowError> + Send + 'static,
 {
-    let failed = |why: String| AuditError::Table(format!("reading {path}: {why}"));
+    type Failure = Box<dyn std::error::Error + Send + Sync>;
+    let failed = |source: Failure| AuditError::TableFile {
+        path: path.clone(),
+        source,
+    };
     let bytes = store
         .get(&StorePath::from(path.as_str()))
         .await
-        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| failed(e.into()))?
         .bytes()
         .await
-        .map_err(|e| failed(e.to_string()))?;
-    tokio::task::spawn_blocking(move || -> Result<(S, u64), String> {
-        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| e.to_string())?;
+        .map_err(|e| failed(e.into()))?;
+    tokio::task::spawn_blocking(move || -> Result<(S, u64), Failure> {
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
         let roots: Vec<usize> = builder
             .schema()
             .fields()
@@ -328,18 +332,17 @@ where
         let reader = builder
             .with_projection(mask)
             .with_batch_size(16_384)
-            .build()
-            .map_err(|e| e.to_string())?;
+            .build()?;
         let mut read = 0;
         for batch in reader {
-            let batch = batch.map_err(|e| e.to_string())?;
+            let batch = batch?;
             read += batch.num_rows() as u64;
-            fold(&batch, &mut state).map_err(|e| e.to_string())?;
+            fold(&batch, &mut state)?;
         }
         Ok((state, read))
     })
     .await
-    .map_err(|e| failed(e.to_string()))?
+    .map_err(|e| failed(e.into()))?
     .map_err(failed)
 }
 

@@ -77,14 +77,11 @@ pub async fn scan_entities(
     mut on_evicted: impl FnMut(EntityKey),
     found: &mut Vec<EntityKey>,
 ) -> Result<Option<u64>, AuditError> {
-    let client = RedisClient::open(service).map_err(|e| AuditError::Online(e.to_string()))?;
+    let client = RedisClient::open(service)?;
     if client.is_cluster() {
         return Ok(None);
     }
-    let mut connection = client
-        .connect()
-        .await
-        .map_err(|e| AuditError::Online(e.to_string()))?;
+    let mut connection = client.connect().await?;
     let pattern = match view.layout {
         LayoutKind::Native => format!(
             "{}*",
@@ -102,10 +99,7 @@ pub async fn scan_entities(
             .arg(&pattern)
             .arg("COUNT")
             .arg(SCAN_COUNT);
-        let replies: Vec<(String, Vec<Vec<u8>>)> = connection
-            .query_all(vec![command])
-            .await
-            .map_err(|e| AuditError::Online(e.to_string()))?;
+        let replies: Vec<(String, Vec<Vec<u8>>)> = connection.query_all(vec![command]).await?;
         let Some((next, keys)) = replies.into_iter().next() else {
             break;
         };
