@@ -19,6 +19,8 @@ use serde_json::Value;
 use super::LoggedRequest;
 use crate::serving::{FeatureView, ValueStyle};
 use crate::sink::delta::{canonical, column_type, LayoutError};
+use crate::sink::redis::feast::{decode_scalar, Scalar};
+use crate::sink::redis::LayoutKind;
 
 /// The request time (microseconds, UTC).
 pub const LOG_TIMESTAMP: &str = "__log_timestamp";
@@ -108,13 +110,21 @@ pub fn to_batch(
                     statuses.append_null();
                     continue;
                 };
-                let value = row
+                match row
                     .found
                     .event_time_ms
                     .and(row.found.value(position, feature))
-                    .map(|raw| view.decode(feature, raw, ValueStyle::Feast))
-                    .filter(|value| !value.is_null());
-                values.append(value.as_ref());
+                {
+                    None => values.append(None),
+                    Some(raw) => {
+                        let stored_type = view.features.get(feature).map(|(_, t)| t);
+                        if !values.append_stored(view.layout, stored_type, raw) {
+                            let value = Some(view.decode(feature, raw, ValueStyle::Feast))
+                                .filter(|value| !value.is_null());
+                            values.append(value.as_ref());
+                        }
+                    }
+                }
                 let status = request
                     .statuses
                     .get(position)
@@ -198,6 +208,57 @@ impl Staged {
             // Strings, dates and decimals: from their text.
             _ => Self::Texts(StringBuilder::new()),
         }
+    }
+
+    /// Appends a stored value straight from its bytes, as [`Staged::append`] would its
+    /// answer's JSON; `false` (nothing appended) where only the JSON path knows how (lists,
+    /// records, native timestamps, a value of another kind than the column's).
+    fn append_stored(
+        &mut self,
+        layout: LayoutKind,
+        stored_type: Option<&DataType>,
+        raw: &[u8],
+    ) -> bool {
+        match layout {
+            LayoutKind::Feast => self.append_scalar(decode_scalar(raw)),
+            LayoutKind::Native => {
+                let Ok(text) = std::str::from_utf8(raw) else {
+                    return matches!(self, Self::Bytes(_)) && {
+                        self.append_scalar(Scalar::Bytes(raw.to_vec()))
+                    };
+                };
+                let scalar = match (&*self, stored_type) {
+                    (Self::Ints(_), _) => text.parse().map(Scalar::Int).ok(),
+                    // Parsed at the stored width, as the answer reads it.
+                    (Self::Floats(_), Some(DataType::Float32 | DataType::Float16)) => text
+                        .parse::<f32>()
+                        .map(|x| Scalar::Float(f64::from(x)))
+                        .ok(),
+                    (Self::Floats(_), _) => text.parse().map(Scalar::Float).ok(),
+                    (Self::Bools(_), _) => text.parse().map(Scalar::Bool).ok(),
+                    (Self::Texts(_), _) => Some(Scalar::Text(text.to_string())),
+                    (Self::Bytes(_), _) => Some(Scalar::Bytes(raw.to_vec())),
+                    (Self::Micros(_) | Self::Json(_), _) => None,
+                };
+                scalar.is_some_and(|scalar| self.append_scalar(scalar))
+            }
+        }
+    }
+
+    /// Appends `scalar` when it fits the column's kind.
+    fn append_scalar(&mut self, scalar: Scalar) -> bool {
+        match (self, scalar) {
+            (_, Scalar::Null) | (Self::Json(_), _) => return false,
+            (Self::Ints(b), Scalar::Int(n)) => b.append_value(n),
+            (Self::Floats(b), Scalar::Float(x)) => b.append_value(x),
+            (Self::Floats(b), Scalar::Int(n)) => b.append_value(n as f64),
+            (Self::Bools(b), Scalar::Bool(v)) => b.append_value(v),
+            (Self::Texts(b), Scalar::Text(text)) => b.append_value(text),
+            (Self::Bytes(b), Scalar::Bytes(bytes)) => b.append_value(bytes),
+            (Self::Micros(b), Scalar::Seconds(s)) => b.append_value(s.saturating_mul(1_000_000)),
+            _ => return false,
+        }
+        true
     }
 
     fn append(&mut self, value: Option<&Value>) {
@@ -289,5 +350,61 @@ fn from_json(data_type: &DataType, texts: &[Option<String>]) -> Result<ArrayRef,
     match decoder.flush()? {
         Some(batch) => Ok(batch.column(0).clone()),
         None => Ok(new_null_array(data_type, texts.len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Array, AsArray, BinaryArray, Float32Array, Int64Array, StringArray};
+    use arrow::datatypes::{Float64Type, Int64Type};
+
+    use super::*;
+    use crate::sink::redis::feast::encode_value;
+
+    /// A value stored by the Feast layout, appended straight from its bytes and through the
+    /// answer's JSON, gives the same column.
+    #[test]
+    fn stored_values_append_as_their_json_would() {
+        let cases: Vec<(ArrayRef, DataType)> = vec![
+            (Arc::new(Int64Array::from(vec![-3])), DataType::Int64),
+            (
+                Arc::new(Float32Array::from(vec![0.1f32])),
+                DataType::Float32,
+            ),
+            (Arc::new(StringArray::from(vec!["x"])), DataType::Utf8),
+            (
+                Arc::new(BinaryArray::from(vec![&[1u8, 2][..]])),
+                DataType::Binary,
+            ),
+        ];
+        for (array, data_type) in cases {
+            let raw = encode_value(&array, 0).unwrap();
+            let mut direct = Staged::for_type(&data_type);
+            assert!(direct.append_stored(LayoutKind::Feast, Some(&data_type), &raw));
+            let mut via_json = Staged::for_type(&data_type);
+            let json =
+                crate::sink::redis::feast::decode_value_with(&raw, crate::serving::feast_float);
+            via_json.append(Some(&json));
+            let (a, b) = (
+                direct.finish(&data_type, 1).unwrap(),
+                via_json.finish(&data_type, 1).unwrap(),
+            );
+            assert_eq!(a.to_data(), b.to_data(), "{data_type}");
+        }
+        let mut native = Staged::for_type(&DataType::Float64);
+        assert!(native.append_stored(LayoutKind::Native, Some(&DataType::Float32), b"0.1"));
+        let floats = native.finish(&DataType::Float64, 1).unwrap();
+        assert_eq!(
+            floats.as_primitive::<Float64Type>().value(0),
+            f64::from(0.1f32)
+        );
+        let mut ints = Staged::for_type(&DataType::Int64);
+        assert!(!ints.append_stored(LayoutKind::Native, None, b"not a number"));
+        ints.append(None);
+        assert!(ints
+            .finish(&DataType::Int64, 1)
+            .unwrap()
+            .as_primitive::<Int64Type>()
+            .is_null(0));
     }
 }

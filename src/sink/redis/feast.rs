@@ -14,7 +14,8 @@ use prost::Message;
 
 use super::calls::EntityWrites;
 pub use super::feast_proto::{
-    decode_entity_key, decode_timestamp, decode_value, decode_value_with, encode_timestamp,
+    decode_entity_key, decode_scalar, decode_timestamp, decode_value, decode_value_with,
+    encode_timestamp, Scalar,
 };
 use super::feast_proto::{
     entity_key, BoolList, BytesList, DoubleList, FloatList, Int32List, Int64List, KeyValue,

@@ -189,6 +189,53 @@ pub fn decode_value_with(bytes: &[u8], float: fn(f64) -> serde_json::Value) -> s
     }
 }
 
+/// A stored `feast.types.Value` that is one scalar, for readers that type values themselves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar {
+    /// `int32_val` or `int64_val`.
+    Int(i64),
+    /// `float_val` (widened) or `double_val`.
+    Float(f64),
+    /// `bool_val`.
+    Bool(bool),
+    /// `string_val`.
+    Text(String),
+    /// `bytes_val`.
+    Bytes(Vec<u8>),
+    /// `unix_timestamp_val`, epoch seconds.
+    Seconds(i64),
+    /// `null_val`, an empty message, or bytes that are not a `Value`.
+    Null,
+    /// A list.
+    List,
+}
+
+/// The scalar a stored `feast.types.Value` holds.
+pub fn decode_scalar(bytes: &[u8]) -> Scalar {
+    let Ok(Value { val: Some(val) }) = Value::decode(bytes) else {
+        return Scalar::Null;
+    };
+    match val {
+        Val::Int32(n) => Scalar::Int(i64::from(n)),
+        Val::Int64(n) => Scalar::Int(n),
+        Val::Float(x) => Scalar::Float(f64::from(x)),
+        Val::Double(x) => Scalar::Float(x),
+        Val::Bool(b) => Scalar::Bool(b),
+        Val::String(s) => Scalar::Text(s),
+        Val::Bytes(b) => Scalar::Bytes(b),
+        Val::UnixTimestamp(n) => Scalar::Seconds(n),
+        Val::Null(_) => Scalar::Null,
+        Val::BytesList(_)
+        | Val::StringList(_)
+        | Val::Int32List(_)
+        | Val::Int64List(_)
+        | Val::UnixTimestampList(_)
+        | Val::DoubleList(_)
+        | Val::FloatList(_)
+        | Val::BoolList(_) => Scalar::List,
+    }
+}
+
 /// One join key value as Feast's key serialization types it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum KeyValue<'a> {
