@@ -98,7 +98,8 @@ JAVA=java
 for c in "${FC_JAVA_HOME:-}" /usr/lib/jvm/java-17-openjdk-amd64; do
   if [[ -n $c && -x $c/bin/java ]]; then JAVA=$c/bin/java; break; fi
 done
-CP_FILE=$(ls -t "$STATE"/pulsar/classpath-*.txt 2>/dev/null | head -1)
+CP_FILE= # services.sh keeps one classpath-<hash>.txt
+for f in "$STATE"/pulsar/classpath-*.txt; do [[ -s $f ]] && CP_FILE=$f; done
 if [[ -z $CP_FILE ]]; then
   echo "transaction on $PULSAR_B_CLUSTER: skipped (no cached broker classpath in $STATE/pulsar)"; rc=1
 elif ! "$JAVA" -Xmx256m -Dlog4j.configurationFile="$ROOT/services/pulsar/log4j2.xml" \
