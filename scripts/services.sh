@@ -10,8 +10,11 @@
 #   OAuth2 server (Hydra)    http://127.0.0.1:4444     the broker accepts its tokens
 #   Pulsar proxy, mTLS       pulsar+ssl://127.0.0.1:6652  https://127.0.0.1:8444 (client certificate required)
 #     (the last two: scripts/services-auth.sh)
+#   On demand only (start-geo): a second Pulsar standalone, cluster cluster-b,
+#                            pulsar://127.0.0.1:6660   admin http://127.0.0.1:8090
+#     namespace geo/features replicated between both clusters (geo-replication tests)
 #
-# Usage: scripts/services.sh [start|start-quick|stop|status|env|packages]  (default: start)
+# Usage: scripts/services.sh [start|start-quick|start-geo|stop-geo|stop|status|env|packages]  (default: start)
 #   start   install what is missing, start what is down, wait until ready (idempotent)
 #   start-quick  only what the quickstart uses: the broker and Redis (the table is on disk)
 #   stop    stop the services this script started (by their recorded pids only)
@@ -20,6 +23,9 @@
 #   env     print shell exports pointing at the services
 #   packages  install the Debian packages the build needs (protoc) and the services use
 #   restart-pulsar  stop the broker and start it again keeping its data (chaos suite)
+#   start-geo  start the second broker (needs the first one up), register both clusters with
+#           each other, create the replicated namespace geo/features; add PULSAR_B_* to env
+#   stop-geo   stop the second broker and drop PULSAR_B_* from env
 #
 # Environment:
 #   FC_STATE_DIR     pids, logs, data, cached classpath (default: <repo>/.services)
@@ -51,6 +57,15 @@ PULSAR_WAIT=${FC_PULSAR_WAIT:-180}
 PULSAR_TLS_PORT=6651
 PULSAR_HTTPS_PORT=8443
 PULSAR_AUTH_DIR=$STATE/pulsar-auth
+# The second cluster (start-geo): its own ports, data, config and logs under $STATE/pulsar-b.
+PULSAR_B_BIN_PORT=6660
+PULSAR_B_HTTP_PORT=8090
+PULSAR_B_ADMIN=http://127.0.0.1:$PULSAR_B_HTTP_PORT
+PULSAR_B_CLUSTER=cluster-b
+PULSAR_B_DIR=$STATE/pulsar-b
+PULSAR_B_MARKER=pulsar-b/standalone.conf # in the second broker's command line only
+GEO_TENANT=geo
+GEO_NAMESPACE=$GEO_TENANT/features
 # shellcheck source=scripts/services-auth.sh
 source "$ROOT/scripts/services-auth.sh"
 
@@ -283,6 +298,18 @@ EOF
   } >"$1"
 }
 
+# JVM flags of both brokers apart from memory and logging (what bin/pulsar sets).
+PULSAR_JVM_FLAGS=(
+  -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError
+  --add-opens java.base/java.io=ALL-UNNAMED --add-opens java.base/java.util.zip=ALL-UNNAMED
+  --add-opens java.base/java.nio=ALL-UNNAMED --add-opens java.base/jdk.internal.misc=ALL-UNNAMED
+  --add-opens java.base/sun.net=ALL-UNNAMED --add-opens java.management/sun.management=ALL-UNNAMED
+  -Djute.maxbuffer=10485760 -Djava.net.preferIPv4Stack=true
+  -Dio.netty.tryReflectionSetAccessible=true -Dlog4j2.is.webapp=false
+  -Dbookkeeper.metadata.bookie.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataBookieDriver
+  -Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver
+)
+
 # Launches the broker in the background (does not wait).
 start_pulsar() {
   PULSAR_STARTED=0
@@ -319,15 +346,8 @@ start_pulsar() {
   mkdir -p "$data"
   log "pulsar: starting $(sed -n 's:.*<pulsar.version>\(.*\)</pulsar.version>.*:\1:p' "$PULSAR_DIR/pom.xml") with $("$JAVA_HOME/bin/java" -version 2>&1 | head -1)"
   local opts=(
-    -Xms256m -Xmx1g -XX:MaxDirectMemorySize=1g -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError
-    --add-opens java.base/java.io=ALL-UNNAMED --add-opens java.base/java.util.zip=ALL-UNNAMED
-    --add-opens java.base/java.nio=ALL-UNNAMED --add-opens java.base/jdk.internal.misc=ALL-UNNAMED
-    --add-opens java.base/sun.net=ALL-UNNAMED --add-opens java.management/sun.management=ALL-UNNAMED
+    -Xms256m -Xmx1g -XX:MaxDirectMemorySize=1g "${PULSAR_JVM_FLAGS[@]}"
     -Dlog4j.configurationFile="$PULSAR_DIR/log4j2.xml" -Dpulsar.log.dir="$LOGS"
-    -Djute.maxbuffer=10485760 -Djava.net.preferIPv4Stack=true
-    -Dio.netty.tryReflectionSetAccessible=true -Dlog4j2.is.webapp=false
-    -Dbookkeeper.metadata.bookie.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataBookieDriver
-    -Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver
   )
   launch pulsar "$data" "$JAVA_HOME/bin/java" "${opts[@]}" -cp "$PULSAR_CP" \
     org.apache.pulsar.PulsarStandaloneStarter --config "$STATE/pulsar/standalone.conf" \
@@ -372,6 +392,191 @@ wait_pulsar() {
   log "pulsar: not ready after $PULSAR_WAIT s; last log lines:" >&2
   pulsar_log_tail
   exit 1
+}
+
+# ---------------------------------------------------------------- second cluster (start-geo)
+
+# The first broker's cluster name, as its running config says (standalone.conf's last value).
+pulsar_a_cluster() {
+  local name
+  name=$(sed -n 's/^clusterName=//p' "$STATE/pulsar/standalone.conf" 2>/dev/null | tail -1)
+  echo "${name:-standalone}"
+}
+
+pulsar_b_ready() {
+  [[ $(http_code "$PULSAR_B_ADMIN/admin/v2/namespaces/public/default") == 200 ]] &&
+    [[ $(curl -s -m 20 "$PULSAR_B_ADMIN/admin/v2/brokers/health" 2>/dev/null || true) == ok ]]
+}
+
+# The second broker's config: the repository's standalone.conf (no auth, no TLS) with its own
+# cluster name and ports; the bookie takes a free port as in the first one, the metadata
+# store is RocksDB in its data folder. Replicated subscriptions are on by default in 4.0
+# (checked on the first broker's /admin/v2/brokers/configuration/runtime); set here so that
+# both clusters snapshot at the same interval. The transaction coordinator is on for the
+# transaction-marker tests of issue 33 (the first broker has it off).
+write_pulsar_b_config() {
+  {
+    cat "$PULSAR_DIR/standalone.conf"
+    cat <<EOC
+
+# ---- added by scripts/services.sh start-geo: the second cluster of the geo-replication tests
+clusterName=$PULSAR_B_CLUSTER
+brokerServicePort=$PULSAR_B_BIN_PORT
+webServicePort=$PULSAR_B_HTTP_PORT
+enableReplicatedSubscriptions=true
+replicatedSubscriptionsSnapshotFrequencyMillis=1000
+transactionCoordinatorEnabled=true
+EOC
+  } >"$1"
+}
+
+# Launches the second broker if it is not running with the wanted config (does not wait).
+start_pulsar_b() {
+  PULSAR_B_STARTED=0
+  mkdir -p "$PULSAR_B_DIR" "$LOGS/pulsar-b"
+  local wanted=$PULSAR_B_DIR/standalone.conf.new
+  write_pulsar_b_config "$wanted"
+  if our_pid pulsar-b "$PULSAR_B_MARKER" >/dev/null; then
+    if cmp -s "$wanted" "$PULSAR_B_DIR/standalone.conf"; then
+      rm -f "$wanted"
+      log "pulsar-b: already running (pid $(our_pid pulsar-b "$PULSAR_B_MARKER"))"
+      return
+    fi
+    log "pulsar-b: configuration changed, restarting"
+    stop_pid pulsar-b "$PULSAR_B_MARKER"
+  fi
+  mv -f "$wanted" "$PULSAR_B_DIR/standalone.conf"
+  if port_open $PULSAR_B_HTTP_PORT || port_open $PULSAR_B_BIN_PORT; then
+    die "port $PULSAR_B_HTTP_PORT or $PULSAR_B_BIN_PORT is taken by a process this script did not start as pulsar-b"
+  fi
+  ensure_pulsar_classpath
+  local data=$PULSAR_B_DIR/data f
+  rm -rf "$data"
+  mkdir -p "$data"
+  for f in pulsar-b/pulsar.log pulsar-b.out; do
+    if [[ -f $LOGS/$f ]]; then mv -f "$LOGS/$f" "$LOGS/$f.prev"; fi
+  done
+  log "pulsar-b: starting cluster $PULSAR_B_CLUSTER on pulsar://127.0.0.1:$PULSAR_B_BIN_PORT $PULSAR_B_ADMIN"
+  local opts=(
+    -Xms128m -Xmx512m -XX:MaxDirectMemorySize=512m "${PULSAR_JVM_FLAGS[@]}"
+    -Dlog4j.configurationFile="$PULSAR_DIR/log4j2.xml" -Dpulsar.log.dir="$LOGS/pulsar-b"
+  )
+  launch pulsar-b "$data" "$JAVA_HOME/bin/java" "${opts[@]}" -cp "$PULSAR_CP" \
+    org.apache.pulsar.PulsarStandaloneStarter --config "$PULSAR_B_DIR/standalone.conf" \
+    -nfw -nss --wipe-data -a 127.0.0.1 \
+    --metadata-dir "$data/metadata" --bookkeeper-dir "$data/bookkeeper"
+  PULSAR_B_STARTED=1
+  PULSAR_B_T0=$(date +%s)
+}
+
+wait_pulsar_b() {
+  local pid i
+  pid=$(tr -dc '0-9' <"$STATE/pulsar-b.pid")
+  for ((i = 0; i < PULSAR_WAIT; i++)); do
+    if pulsar_b_ready; then
+      if ((PULSAR_B_STARTED)); then
+        log "pulsar-b: ready in $(($(date +%s) - PULSAR_B_T0)) s (pid $pid)"
+      fi
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "pulsar-b: broker exited during startup; last log lines:" >&2
+      tail -n 30 "$LOGS/pulsar-b.out" >&2 2>/dev/null || true
+      tail -n 40 "$LOGS/pulsar-b/pulsar.log" 2>/dev/null | cut -c1-400 >&2 || true
+      rm -f "$STATE/pulsar-b.pid"
+      exit 1
+    fi
+    sleep 1
+  done
+  log "pulsar-b: not ready after $PULSAR_WAIT s; see $LOGS/pulsar-b/pulsar.log" >&2
+  exit 1
+}
+
+# admin_put_or_post BASE PATH JSON: creates with PUT; when it exists (409), updates with POST
+# (clusters, tenants), so that running start-geo again converges on the wanted values.
+admin_put_or_post() {
+  local code
+  code=$(http_code -X PUT -H 'Content-Type: application/json' -d "$3" "$1$2")
+  if [[ $code == 409 ]]; then
+    code=$(http_code -X POST -H 'Content-Type: application/json' -d "$3" "$1$2")
+  fi
+  [[ $code == 20? ]] || die "geo: PUT/POST $1$2 answered HTTP $code"
+}
+
+# admin_call METHOD BASE PATH [JSON]: fails unless 2xx (409 is fine for a PUT that creates)
+admin_call() {
+  local code args=(-X "$1")
+  if (($# > 3)); then args+=(-H 'Content-Type: application/json' -d "$4"); fi
+  code=$(http_code "${args[@]}" "$2$3")
+  [[ $code == 20? || ($1 == PUT && $code == 409) ]] || die "geo: $1 $2$3 answered HTTP $code"
+}
+
+# Both clusters know each other; tenant geo allows both; geo/features replicates to both and
+# keeps everything. Each broker has its own metadata store, so everything is done on both.
+configure_geo() {
+  local a_cluster clusters admin
+  a_cluster=$(pulsar_a_cluster)
+  [[ $a_cluster != "$PULSAR_B_CLUSTER" ]] || die "geo: the first broker's cluster is also named $PULSAR_B_CLUSTER"
+  clusters="[\"$a_cluster\",\"$PULSAR_B_CLUSTER\"]"
+  admin_put_or_post "$PULSAR_ADMIN" "/admin/v2/clusters/$PULSAR_B_CLUSTER" \
+    "{\"serviceUrl\":\"$PULSAR_B_ADMIN\",\"brokerServiceUrl\":\"pulsar://127.0.0.1:$PULSAR_B_BIN_PORT\"}"
+  admin_put_or_post "$PULSAR_B_ADMIN" "/admin/v2/clusters/$a_cluster" \
+    "{\"serviceUrl\":\"$PULSAR_ADMIN\",\"brokerServiceUrl\":\"pulsar://127.0.0.1:$PULSAR_BIN_PORT\"}"
+  for admin in "$PULSAR_ADMIN" "$PULSAR_B_ADMIN"; do
+    admin_put_or_post "$admin" "/admin/v2/tenants/$GEO_TENANT" "{\"adminRoles\":[],\"allowedClusters\":$clusters}"
+    admin_call PUT "$admin" "/admin/v2/namespaces/$GEO_NAMESPACE"
+    admin_call POST "$admin" "/admin/v2/namespaces/$GEO_NAMESPACE/replication" "$clusters"
+    admin_call POST "$admin" "/admin/v2/namespaces/$GEO_NAMESPACE/retention" \
+      '{"retentionTimeInMinutes":-1,"retentionSizeInMB":-1}'
+  done
+  log "geo: $GEO_NAMESPACE replicated between $a_cluster ($PULSAR_ADMIN) and $PULSAR_B_CLUSTER ($PULSAR_B_ADMIN), retention infinite"
+}
+
+# Exports of the second cluster (env only has them while it runs).
+geo_env() {
+  cat <<EOF
+export PULSAR_B_URL=pulsar://127.0.0.1:$PULSAR_B_BIN_PORT
+export PULSAR_B_ADMIN_URL=$PULSAR_B_ADMIN
+export PULSAR_A_CLUSTER=$(pulsar_a_cluster)
+export PULSAR_B_CLUSTER=$PULSAR_B_CLUSTER
+export FC_TEST_GEO_NAMESPACE=$GEO_NAMESPACE
+EOF
+}
+
+# Rewrites the geo exports of $STATE/env in place (the other lines unchanged); with "off",
+# only removes them.
+update_geo_env() {
+  local tmp=$STATE/env.tmp
+  if [[ -f $STATE/env ]]; then
+    grep -vE '^export (PULSAR_B_URL|PULSAR_B_ADMIN_URL|PULSAR_A_CLUSTER|PULSAR_B_CLUSTER|FC_TEST_GEO_NAMESPACE)=' \
+      "$STATE/env" >"$tmp" || true
+  else
+    : >"$tmp"
+  fi
+  if [[ ${1:-on} == on ]]; then geo_env >>"$tmp"; fi
+  mv -f "$tmp" "$STATE/env"
+}
+
+cmd_start_geo() {
+  mkdir -p "$STATE" "$LOGS"
+  exec 9>"$STATE/.lock"
+  flock -w 600 9 || die "another services.sh holds $STATE/.lock"
+  pulsar_ready || die "the first broker does not answer on $PULSAR_ADMIN: run $0 start (or start-quick) first"
+  check_disk
+  pick_java || die "no JDK found (run $0 packages first)"
+  start_pulsar_b
+  wait_pulsar_b
+  configure_geo
+  update_geo_env on
+  log "second cluster up (env: source $STATE/env)"
+}
+
+cmd_stop_geo() {
+  mkdir -p "$STATE"
+  exec 9>"$STATE/.lock"
+  flock -w 120 9 || die "another services.sh holds $STATE/.lock"
+  stop_pid pulsar-b "$PULSAR_B_MARKER"
+  update_geo_env off
 }
 
 # ---------------------------------------------------------------- redis
@@ -638,6 +843,7 @@ export AWS_REGION=us-east-1
 export AWS_ALLOW_HTTP=true
 EOF
   auth_env >>"$STATE/env"
+  if our_pid pulsar-b "$PULSAR_B_MARKER" >/dev/null; then geo_env >>"$STATE/env"; fi
 }
 
 cmd_start() {
@@ -680,6 +886,7 @@ cmd_stop() {
   exec 9>"$STATE/.lock"
   flock -w 120 9 || die "another services.sh holds $STATE/.lock"
   stop_pid pulsar PulsarStandaloneStarter &
+  if [[ -f $STATE/pulsar-b.pid ]]; then stop_pid pulsar-b "$PULSAR_B_MARKER" & fi
   stop_pid s3 moto &
   stop_pid redis redis-server &
   local p
@@ -696,6 +903,11 @@ cmd_status() {
     else echo "pulsar         starting/unhealthy  pid $pid"; down=1; fi
   elif pulsar_ready; then echo "pulsar         up    (not started by this script)  $PULSAR_ADMIN"
   else echo "pulsar         down"; down=1; fi
+  # The second cluster is on demand: not started is not a failure, started but unhealthy is.
+  if pid=$(our_pid pulsar-b "$PULSAR_B_MARKER"); then
+    if pulsar_b_ready; then echo "pulsar-b       up    pid $pid  pulsar://127.0.0.1:$PULSAR_B_BIN_PORT  $PULSAR_B_ADMIN  cluster $PULSAR_B_CLUSTER"
+    else echo "pulsar-b       starting/unhealthy  pid $pid"; down=1; fi
+  else echo "pulsar-b       not started (on demand: $0 start-geo)"; fi
   if pid=$(our_pid redis redis-server) && redis_ping; then echo "redis          up    pid $pid  redis://127.0.0.1:$REDIS_PORT"
   elif redis_ping; then echo "redis          up    (not started by this script)  redis://127.0.0.1:$REDIS_PORT"
   else echo "redis          down"; down=1; fi
@@ -725,6 +937,8 @@ cmd_status() {
 case ${1:-start} in
   start) cmd_start ;;
   start-quick) cmd_start_quick ;;
+  start-geo) cmd_start_geo ;;
+  stop-geo) cmd_stop_geo ;;
   restart-pulsar)
     # For the chaos suite: stop the broker and start it again on the same data.
     mkdir -p "$STATE" "$LOGS"
@@ -738,5 +952,5 @@ case ${1:-start} in
   status) rc=0 && { cmd_status || rc=$?; } && exit "$rc" ;;
   env) mkdir -p "$STATE" && write_env && cat "$STATE/env" ;;
   -h | --help | help) sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
-  *) echo "usage: $0 [start|start-quick|stop|status|env|packages|restart-pulsar]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start|start-quick|start-geo|stop-geo|stop|status|env|packages|restart-pulsar]" >&2; exit 2 ;;
 esac
