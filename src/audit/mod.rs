@@ -74,6 +74,22 @@ pub struct AuditTarget {
     pub redis: RedisServiceConfig,
 }
 
+impl AuditTarget {
+    /// The online sink's TTL in milliseconds.
+    fn ttl_ms(&self) -> Option<i64> {
+        self.view
+            .ttl
+            .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// An empty tally of the view's keys and features.
+    fn tally(&self) -> Tally {
+        let keys = self.view.keys.iter().map(|(k, _)| k.clone()).collect();
+        let features = self.view.features.iter().map(|(f, _)| f.clone()).collect();
+        Tally::new(keys, features)
+    }
+}
+
 /// Audits `target` over the entities `selection` chooses; files of partitions that ended
 /// before `since_ms` are not read, and entities with no event since then are left out.
 pub async fn audit(
@@ -159,18 +175,8 @@ pub(crate) async fn compare_with_online(
     };
     let reader = FeatureReader::new(&target.redis, [target.view.clone()], None)?;
     let online_rows = online::read_rows(&reader, &target.view, &entities).await?;
-    let ttl_ms = target
-        .view
-        .ttl
-        .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-    let keys: Vec<String> = target.view.keys.iter().map(|(k, _)| k.clone()).collect();
-    let features: Vec<String> = target
-        .view
-        .features
-        .iter()
-        .map(|(f, _)| f.clone())
-        .collect();
-    let mut tally = Tally::new(keys, features);
+    let ttl_ms = target.ttl_ms();
+    let mut tally = target.tally();
     let mut compared = 0;
     for (entity, online) in entities.iter().zip(&online_rows) {
         let offline = table_rows.get(entity);

@@ -225,13 +225,7 @@ pub async fn history_rows(
                 None,
                 HashMap::new(),
                 move |batch, rows: &mut HashMap<EntityKey, Vec<(i64, Vec<serde_json::Value>)>>| {
-                    let keys = key_columns(batch, &layout.keys)?;
-                    let time = required(batch, &layout.event_time)?;
-                    let features: Vec<Option<&ArrayRef>> = layout
-                        .features
-                        .iter()
-                        .map(|name| batch.column_by_name(name))
-                        .collect();
+                    let (keys, time, features) = row_columns(batch, &layout)?;
                     for row in 0..batch.num_rows() {
                         let key: EntityKey =
                             keys.iter().map(|f| f.value(row).to_string()).collect();
@@ -364,6 +358,30 @@ pub(super) fn key_columns<'a>(
         .collect()
 }
 
+/// The key formatters, the event-time column and the feature columns (`None` for one the
+/// file lacks) of `batch`.
+type RowColumns<'a> = (
+    Vec<ArrayFormatter<'a>>,
+    &'a ArrayRef,
+    Vec<Option<&'a ArrayRef>>,
+);
+
+fn row_columns<'a>(
+    batch: &'a RecordBatch,
+    layout: &RowLayout,
+) -> Result<RowColumns<'a>, arrow::error::ArrowError> {
+    let features = layout
+        .features
+        .iter()
+        .map(|name| batch.column_by_name(name))
+        .collect();
+    Ok((
+        key_columns(batch, &layout.keys)?,
+        required(batch, &layout.event_time)?,
+        features,
+    ))
+}
+
 /// A required column of `batch`.
 pub(super) fn required<'a>(
     batch: &'a RecordBatch,
@@ -389,13 +407,7 @@ fn newest_in_batch(
     filter: &SampleFilter,
     rows: &mut HashMap<EntityKey, (u64, OfflineRow)>,
 ) -> Result<(), arrow::error::ArrowError> {
-    let keys = key_columns(batch, &layout.keys)?;
-    let time = required(batch, &layout.event_time)?;
-    let features: Vec<Option<&ArrayRef>> = layout
-        .features
-        .iter()
-        .map(|name| batch.column_by_name(name))
-        .collect();
+    let (keys, time, features) = row_columns(batch, layout)?;
     let values_of = |row: usize| feature_values(&features, row);
     for row in 0..batch.num_rows() {
         let key: EntityKey = keys.iter().map(|f| f.value(row).to_string()).collect();

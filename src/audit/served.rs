@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::classify::{compare, EntityKey, OfflineRow, OnlineRow};
 use super::offline::{feature_values, fold_file, history_rows, key_columns, required};
-use super::report::{AuditReport, Tally};
+use super::report::AuditReport;
 use super::sample::{entity_hash, Offered, Sampler, Selection};
 use super::{AuditError, AuditTarget};
 use crate::record::event_time_millis;
@@ -58,18 +58,8 @@ pub async fn audit_served(
     let entities: Arc<HashSet<EntityKey>> = Arc::new(logged.keys().cloned().collect());
     let table = Table::open_existing(target.table.clone()).await?;
     let (history, table_rows) = history_rows(&table, &target.layout, entities, until_ms).await?;
-    let ttl_ms = target
-        .view
-        .ttl
-        .map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-    let keys: Vec<String> = target.view.keys.iter().map(|(k, _)| k.clone()).collect();
-    let features: Vec<String> = target
-        .view
-        .features
-        .iter()
-        .map(|(f, _)| f.clone())
-        .collect();
-    let mut tally = Tally::new(keys, features);
+    let ttl_ms = target.ttl_ms();
+    let mut tally = target.tally();
     let mut compared = 0;
     let empty = Vec::new();
     for (entity, (_, answers)) in &logged {
