@@ -18,7 +18,7 @@ use tracing::Instrument;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use super::offline::read_newest;
+use super::offline::read_recent;
 use super::sample::Sampler;
 use super::{
     compare_with_online, entity_hash, AuditConfig, AuditError, AuditReport, AuditTarget, EntityKey,
@@ -27,7 +27,6 @@ use super::{
 use crate::metrics::{
     AuditFeatureLabels, AuditOutcomeLabels, AuditRunLabels, Metrics, PipelineLabels,
 };
-use crate::sink::delta::ops::partition_end_ms;
 use crate::sink::delta::Table;
 
 /// Audits `targets` every `config.interval` until `cancel` fires.
@@ -121,24 +120,18 @@ impl RunningAudit {
             version: table.version(),
             ..TableRead::default()
         };
-        let new: Vec<_> = files
+        let new = files
             .into_iter()
             .filter(|file| !self.seen.contains(&file.path))
-            .filter(|file| {
-                let recent = partition_end_ms(&file.partition).is_none_or(|end| end > since);
-                if !recent {
-                    read.files_skipped += 1;
-                }
-                recent
-            })
             .collect();
-        read.files_read = new.len();
-        read.rows_read = read_newest(
-            table.store(),
+        read_recent(
+            &table,
             new,
             &self.target.layout,
             &mut self.sampler,
+            Some(since),
             &mut self.rows,
+            &mut read,
         )
         .await?;
         self.seen = current;

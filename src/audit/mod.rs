@@ -31,7 +31,7 @@ use crate::record::RowLayout;
 use crate::serving::{FeatureReader, FeatureView, QueryError};
 use crate::sink::delta::{Table, TableError, TableLocation};
 use crate::sink::redis::RedisServiceConfig;
-use report::Tally;
+use report::{ReportHead, Tally};
 use sample::Sampler;
 
 /// Why an audit could not be made.
@@ -101,18 +101,25 @@ pub async fn audit(
     let audited_at_ms = chrono::Utc::now().timestamp_millis();
     let mut sampler = Sampler::new(selection);
     let table = Table::open_existing(target.table.clone()).await?;
-    let mut table_rows =
-        offline::newest_rows(&table, &target.layout, &mut sampler, since_ms).await?;
-    let read = TableRead {
-        version: table_rows.version,
-        files_read: table_rows.files_read,
-        files_skipped: table_rows.files_skipped,
-        rows_read: table_rows.rows_read,
+    let mut read = TableRead {
+        version: table.version(),
+        ..TableRead::default()
     };
+    let mut table_rows = HashMap::new();
+    offline::read_recent(
+        &table,
+        table.active_files().await?,
+        &target.layout,
+        &mut sampler,
+        since_ms,
+        &mut table_rows,
+        &mut read,
+    )
+    .await?;
     let (report, _) = compare_with_online(
         target,
         &mut sampler,
-        &mut table_rows.rows,
+        &mut table_rows,
         read,
         since_ms,
         audited_at_ms,
@@ -177,7 +184,6 @@ pub(crate) async fn compare_with_online(
     let online_rows = online::read_rows(&reader, &target.view, &entities).await?;
     let ttl_ms = target.ttl_ms();
     let mut tally = target.tally();
-    let mut compared = 0;
     for (entity, online) in entities.iter().zip(&online_rows) {
         let offline = table_rows.get(entity);
         let newest = online
@@ -195,7 +201,6 @@ pub(crate) async fn compare_with_online(
             // A key of another view sharing the Feast hash: not this view's entity.
             continue;
         }
-        compared += 1;
         tally.add(
             entity,
             &comparison,
@@ -203,24 +208,14 @@ pub(crate) async fn compare_with_online(
             offline.map(|o| o.event_time_ms),
         );
     }
-    let (outcomes, defects) = tally.outcomes();
-    let report = AuditReport {
+    let report = tally.into_report(ReportHead {
         pipeline: target.pipeline.clone(),
-        selection: sampler.describe().to_string(),
-        entities: compared,
-        audited_at_ms,
-        table_version: read.version,
-        files_read: read.files_read,
-        files_skipped: read.files_skipped,
-        rows_read: read.rows_read,
+        selection: sampler.describe(),
+        read,
         online_keys_scanned: scanned,
-        outcomes,
-        defects,
-        features: tally.features(),
-        lag: tally.lag(),
-        examples: tally.take_examples(),
-        seconds: started.elapsed().as_secs_f64(),
-    };
+        audited_at_ms,
+        started,
+    });
     let online_only = online_only
         .into_iter()
         .filter(|key| !table_rows.contains_key(key))

@@ -18,7 +18,7 @@ use parquet::arrow::ProjectionMask;
 use super::classify::{EntityKey, OfflineRow};
 use super::sample::{entity_hash, Offered, SampleFilter, Sampler};
 use super::values::table_value;
-use super::AuditError;
+use super::{AuditError, TableRead};
 use crate::record::{event_time_millis, RowLayout};
 use crate::serving::KeyHasher;
 use crate::sink::delta::ops::partition_end_ms;
@@ -27,49 +27,25 @@ use crate::sink::delta::{ActiveFile, Table};
 /// Files read at once.
 const FILES_AT_ONCE: usize = 4;
 
-/// What the table holds for the sampled entities.
-#[derive(Debug, Default)]
-pub struct TableRows {
-    /// Per entity, its newest rows.
-    pub rows: HashMap<EntityKey, OfflineRow>,
-    /// The snapshot's version.
-    pub version: u64,
-    /// Data files read (after pruning) and skipped.
-    pub files_read: usize,
-    /// Data files whose partition lies before the time range asked.
-    pub files_skipped: usize,
-    /// Rows read from them.
-    pub rows_read: u64,
-}
-
-/// Reads the newest row of every entity `sampler` takes from `table`'s current snapshot;
-/// files whose partition ended before `since_ms` are skipped.
-pub async fn newest_rows(
+/// Reads into `rows` the newest row of every entity `sampler` takes from `files` of
+/// `table`, leaving out files whose partition ended before `since_ms`; counts the files
+/// and rows in `read`.
+pub async fn read_recent(
     table: &Table,
+    files: Vec<ActiveFile>,
     layout: &RowLayout,
     sampler: &mut Sampler,
     since_ms: Option<i64>,
-) -> Result<TableRows, AuditError> {
-    let files = table.active_files().await?;
-    let mut out = TableRows {
-        version: table.version(),
-        ..TableRows::default()
-    };
-    let wanted: Vec<ActiveFile> = files
-        .into_iter()
-        .filter(|file| {
-            let keep = since_ms.is_none_or(|since| {
-                partition_end_ms(&file.partition).is_none_or(|end| end > since)
-            });
-            if !keep {
-                out.files_skipped += 1;
-            }
-            keep
-        })
-        .collect();
-    out.files_read = wanted.len();
-    out.rows_read = read_newest(table.store(), wanted, layout, sampler, &mut out.rows).await?;
-    Ok(out)
+    rows: &mut HashMap<EntityKey, OfflineRow>,
+    read: &mut TableRead,
+) -> Result<(), AuditError> {
+    let (recent, old): (Vec<ActiveFile>, Vec<ActiveFile>) = files.into_iter().partition(|file| {
+        since_ms.is_none_or(|since| partition_end_ms(&file.partition).is_none_or(|end| end > since))
+    });
+    read.files_skipped += old.len();
+    read.files_read += recent.len();
+    read.rows_read += read_newest(table.store(), recent, layout, sampler, rows).await?;
+    Ok(())
 }
 
 /// Reads `files` of `store`, folding the newest row of each entity `sampler` takes into

@@ -4,9 +4,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use std::time::Instant;
+
 use serde::Serialize;
 
 use super::classify::{Comparison, EntityKey, Outcome};
+use super::TableRead;
 
 /// Examples kept per outcome.
 const EXAMPLES: usize = 5;
@@ -90,6 +93,23 @@ pub struct Example {
     /// Features whose values differ (skew).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub differing: Vec<String>,
+}
+
+/// What a report says besides its tally.
+#[derive(Debug)]
+pub struct ReportHead {
+    /// The pipeline audited.
+    pub pipeline: String,
+    /// How entities were chosen.
+    pub selection: &'static str,
+    /// What was read of the table.
+    pub read: TableRead,
+    /// Online keys scanned (`None`: not scanned).
+    pub online_keys_scanned: Option<u64>,
+    /// When the stores were read (epoch ms).
+    pub audited_at_ms: i64,
+    /// When the audit began.
+    pub started: Instant,
 }
 
 /// Gathers comparisons into a report.
@@ -234,9 +254,26 @@ impl Tally {
         (outcomes, defects)
     }
 
-    /// The examples gathered.
-    pub fn take_examples(&mut self) -> BTreeMap<&'static str, Vec<Example>> {
-        std::mem::take(&mut self.examples)
+    /// The report of the comparisons added, with `head`.
+    pub fn into_report(mut self, head: ReportHead) -> AuditReport {
+        let (outcomes, defects) = self.outcomes();
+        AuditReport {
+            pipeline: head.pipeline,
+            selection: head.selection.to_string(),
+            entities: self.counts.values().sum(),
+            audited_at_ms: head.audited_at_ms,
+            table_version: head.read.version,
+            files_read: head.read.files_read,
+            files_skipped: head.read.files_skipped,
+            rows_read: head.read.rows_read,
+            online_keys_scanned: head.online_keys_scanned,
+            outcomes,
+            defects,
+            features: self.features(),
+            lag: self.lag(),
+            examples: std::mem::take(&mut self.examples),
+            seconds: head.started.elapsed().as_secs_f64(),
+        }
     }
 }
 

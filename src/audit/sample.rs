@@ -58,9 +58,8 @@ impl SampleFilter {
     /// Whether an entity with this key and hash may be in the sample.
     pub fn admits(&self, key: &EntityKey, hash: u64) -> bool {
         match &self.selection {
-            Selection::All => true,
-            Selection::Sample(_) => hash <= self.threshold.load(Ordering::Relaxed),
             Selection::Named(names) => names.contains(key),
+            _ => self.admits_hash(hash).unwrap_or(false),
         }
     }
 }

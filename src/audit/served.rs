@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use super::classify::{compare, EntityKey, OfflineRow, OnlineRow};
 use super::offline::{feature_values, fold_file, history_rows, key_columns, required};
-use super::report::AuditReport;
+use super::report::{AuditReport, ReportHead};
 use super::sample::{entity_hash, Offered, Sampler, Selection};
-use super::{AuditError, AuditTarget};
+use super::{AuditError, AuditTarget, TableRead};
 use crate::record::event_time_millis;
 use crate::sink::delta::{Table, TableLocation};
 
@@ -60,7 +60,6 @@ pub async fn audit_served(
     let (history, table_rows) = history_rows(&table, &target.layout, entities, until_ms).await?;
     let ttl_ms = target.ttl_ms();
     let mut tally = target.tally();
-    let mut compared = 0;
     let empty = Vec::new();
     for (entity, (_, answers)) in &logged {
         let events = history.get(entity).unwrap_or(&empty);
@@ -73,7 +72,6 @@ pub async fn audit_served(
                 answer.request_ms,
             )
             .only(&answer.asked);
-            compared += 1;
             tally.add(
                 entity,
                 &comparison,
@@ -82,24 +80,19 @@ pub async fn audit_served(
             );
         }
     }
-    let (outcomes, defects) = tally.outcomes();
-    Ok(AuditReport {
+    Ok(tally.into_report(ReportHead {
         pipeline: target.pipeline.clone(),
-        selection: "served".to_string(),
-        entities: compared,
-        audited_at_ms,
-        table_version: table.version(),
-        files_read,
-        files_skipped: 0,
-        rows_read: rows_read + table_rows,
+        selection: "served",
+        read: TableRead {
+            version: table.version(),
+            files_read,
+            files_skipped: 0,
+            rows_read: rows_read + table_rows,
+        },
         online_keys_scanned: None,
-        outcomes,
-        defects,
-        features: tally.features(),
-        lag: tally.lag(),
-        examples: tally.take_examples(),
-        seconds: started.elapsed().as_secs_f64(),
-    })
+        audited_at_ms,
+        started,
+    }))
 }
 
 /// The table's newest rows at or before `at_ms` and, with a TTL, after `at_ms - ttl`.
