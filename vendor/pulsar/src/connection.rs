@@ -1829,6 +1829,8 @@ pub(crate) mod messages {
                     initial_position: Some(options.initial_position.into()),
                     schema: options.schema,
                     start_message_id: options.start_message_id,
+                    // feature-connector patch: replicated subscriptions (PIP-33).
+                    replicate_subscription_state: options.replicate_subscription_state,
                     ..Default::default()
                 }),
                 ..Default::default()

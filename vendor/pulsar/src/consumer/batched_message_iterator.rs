@@ -48,8 +48,19 @@ impl Iterator for BatchedMessageIterator {
                 ..self.message_id.clone()
             };
 
+            // feature-connector patch: properties the broker sets on the whole entry (names
+            // starting with `__`, e.g. `__MSG_PROP_REPL_SOURCE_POSITION` on a replicated copy)
+            // stay visible on each message of a batch, after the producer's own.
+            let mut properties = batched_message.metadata.properties;
+            properties.extend(
+                self.metadata
+                    .properties
+                    .iter()
+                    .filter(|kv| kv.key.starts_with("__"))
+                    .cloned(),
+            );
             let metadata = Metadata {
-                properties: batched_message.metadata.properties,
+                properties,
                 partition_key: batched_message.metadata.partition_key,
                 partition_key_b64_encoded: batched_message.metadata.partition_key_b64_encoded,
                 ordering_key: batched_message.metadata.ordering_key,

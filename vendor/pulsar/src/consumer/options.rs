@@ -33,6 +33,10 @@ pub struct ConsumerOptions {
     /// }
     /// ```
     pub initial_position: InitialPosition,
+    /// feature-connector patch: ask the broker to replicate this subscription's position to
+    /// the other clusters of a geo-replicated namespace (PIP-33, `replicate_subscription_state`
+    /// in CommandSubscribe); `None` leaves the broker's default (not replicated).
+    pub replicate_subscription_state: Option<bool>,
 }
 
 impl ConsumerOptions {
