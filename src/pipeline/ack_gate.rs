@@ -162,6 +162,7 @@ mod tests {
             topic: "t".into(),
             offset: (1, entry, -1),
             entry_size: None,
+            origin: None,
         }
     }
 
@@ -222,6 +223,7 @@ mod tests {
             topic: topic.into(),
             offset: (1, entry, -1),
             entry_size: None,
+            origin: None,
         };
         let mut gate = AckGate::new(2);
         gate.received(&[on("a", 1), on("b", 1), on("a", 2), on("b", 2)]);

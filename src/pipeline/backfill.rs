@@ -94,6 +94,7 @@ pub async fn backfill(
         metrics: metrics.clone(),
         health: Arc::new(Health::default()),
         cancel: cancel.clone(),
+        offline_origins: super::offline_origins(service),
     };
     let builder = DeltaSinkBuilder {
         service: service.object_store.clone(),
@@ -123,6 +124,7 @@ pub async fn backfill(
             from_ms: range.from_ms,
             to_ms: range.to_ms,
         },
+        service.pulsar.replication.as_ref(),
     );
     let read = source.read_counter();
     let lane = Lane {

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::retry::Backoff;
 use crate::schema::DecodeFailure;
 use crate::sink::SinkError;
-use crate::source::pulsar::{AdminError, PulsarAdmin, PulsarSourceConfig};
+use crate::source::pulsar::{stream_topic, AdminError, PulsarAdmin, PulsarSourceConfig};
 use crate::source::SourceMessage;
 
 /// Why one attempt to publish dead letters failed.
@@ -159,7 +159,10 @@ impl DeadLetter {
                 .with_property("reason", failure.reason.as_str())
                 .with_property("reason_detail", failure.detail.clone())
                 .with_property("pipeline", self.pipeline.clone())
-                .with_property("original_topic", message.position.topic.to_string())
+                .with_property(
+                    "original_topic",
+                    stream_topic(&message.position.topic).to_string(),
+                )
                 .with_property("original_message_id", message.position.display_id())
                 .with_property(
                     "schema_version",

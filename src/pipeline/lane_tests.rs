@@ -134,6 +134,7 @@ fn message(entry: u64, payload: &str) -> SourceMessage {
             topic: "persistent://public/default/t".into(),
             offset: (1, entry, -1),
             entry_size: None,
+            origin: None,
         },
         payload: payload.as_bytes().to_vec(),
         schema_version: None,

@@ -32,7 +32,7 @@ use crate::sink::{Sink, SinkBuilder, SinkContext};
 use crate::source::pulsar::{
     CredentialError, Delivery, PulsarAdmin, PulsarSource, SubscriptionKind,
 };
-use crate::source::{AckMode, SourceError};
+use crate::source::{AckMode, OfflineOrigins, SourceError};
 
 /// The runtime could not start or a lane failed.
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +177,7 @@ async fn build_lanes(
         metrics: context.metrics.clone(),
         health: context.health.clone(),
         cancel: context.cancel.clone(),
+        offline_origins: offline_origins(context.service),
     };
     let builders = pipeline.sink_builders(context.service);
     let mut sinks = Vec::new();
@@ -204,8 +205,8 @@ async fn build_lanes(
             context.pulsar.clone(),
             source,
             subscription.clone(),
-            kind,
-            acknowledgement,
+            (kind, acknowledgement),
+            context.service.pulsar.replication.as_ref(),
             context.cancel.clone(),
         )
         .await?;
@@ -234,6 +235,16 @@ async fn build_lanes(
         lanes.push((lane, subscription));
     }
     Ok(lanes)
+}
+
+/// Which messages' rows the offline table takes: every one, unless the namespace is
+/// replicated and this sidecar commits only its own region's (see `pulsar.replication`).
+pub(crate) fn offline_origins(service: &ServiceConfig) -> OfflineOrigins {
+    service
+        .pulsar
+        .replication
+        .as_ref()
+        .map_or(OfflineOrigins::AllRegions, |r| r.offline)
 }
 
 /// One lane of a pipeline as its config makes it: which sinks it feeds and how it

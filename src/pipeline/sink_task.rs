@@ -291,6 +291,7 @@ mod tests {
                     topic: "t".into(),
                     offset: (1, m, -1),
                     entry_size: None,
+                    origin: None,
                 })
                 .collect(),
             row_positions: with_rows.iter().map(|&m| (m - first) as usize).collect(),

@@ -17,6 +17,7 @@ fn message(payload: Vec<u8>) -> SourceMessage {
             topic: "persistent://public/default/t".into(),
             offset: (0, 0, -1),
             entry_size: None,
+            origin: None,
         },
         payload,
         schema_version: None,

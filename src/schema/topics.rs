@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use arrow::datatypes::SchemaRef;
 
 use super::{DecodeError, Decoded, PayloadDecoder};
-use crate::source::pulsar::partitioned_topic;
+use crate::source::pulsar::{partitioned_topic, stream_topic};
 use crate::source::SourceMessage;
 
 /// Decoders by topic (partitions share their topic's schemas), created on first sight.
@@ -19,7 +19,7 @@ pub struct TopicDecoders {
 
 /// `persistent://t/n/x-partition-3` → `persistent://t/n/x`: partitions share one schema.
 pub fn schema_topic(topic: &str) -> &str {
-    partitioned_topic(topic)
+    partitioned_topic(stream_topic(topic))
 }
 
 impl TopicDecoders {

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::record::{RowBatch, RowLayout};
-use crate::source::{AckMode, MessagePosition};
+use crate::source::{AckMode, MessagePosition, OfflineOrigins};
 use crate::yaml::ConfigIssue;
 
 /// What a sink section's checks know of the pipeline it belongs to.
@@ -68,6 +68,9 @@ pub struct SinkContext {
     pub health: Arc<Health>,
     /// Shutdown signal.
     pub cancel: CancellationToken,
+    /// Which messages' rows a sink that keeps every event once (the offline table) takes
+    /// when the source replicates from other clusters.
+    pub offline_origins: OfflineOrigins,
 }
 
 /// The config side of a sink: builds the running sink of one pipeline.

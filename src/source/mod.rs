@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use self::position::{
-    distinct_streams, same_stream, stream_runs, MessagePosition, Offset, StreamNames,
+    distinct_streams, same_stream, stream_runs, MessagePosition, OfflineOrigins, Offset, Origin,
+    StreamNames,
 };
 pub use self::pulsar::SourceError;
 

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use serde::Deserialize;
+
 /// Ordered coordinates of a message within its stream: segment, entry within the segment,
 /// and index within the entry (-1 when the entry holds a single message). A new segment
 /// starts at entry 0. For Pulsar: ledger, entry, index in the producer batch.
@@ -20,6 +22,20 @@ pub struct MessagePosition {
     /// Messages in its entry, when the entry holds several (the source acknowledges whole
     /// entries).
     pub entry_size: Option<i32>,
+    /// Where the message was first written, when the source replicated it from elsewhere
+    /// (another cluster of a geo-replicated namespace); `None` for a message first written
+    /// to the stream it came from.
+    pub origin: Option<Arc<Origin>>,
+}
+
+/// Where a replicated copy was first written: its stream there and, when the source says,
+/// its offset in that stream (the offline table records positions in that id space).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The origin stream, named as a source reading that cluster names it.
+    pub stream: Arc<str>,
+    /// The copy's offset in the origin stream.
+    pub offset: Option<Offset>,
 }
 
 impl MessagePosition {
@@ -37,6 +53,20 @@ impl MessagePosition {
         let (segment, entry, index) = self.offset;
         format!("{segment}:{entry}:{index}")
     }
+}
+
+/// Which messages' rows the offline table takes in a replicated namespace
+/// (messages with an [`Origin`]); other sinks take every message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OfflineOrigins {
+    /// Only messages first written to this sidecar's cluster; copies from other clusters go
+    /// to the online store only (active/active: every region's sidecar commits its own).
+    #[default]
+    OwnRegion,
+    /// Every message, a copy under its origin cluster's position (active/standby: the one
+    /// running sidecar commits everything, skipping what another region committed).
+    AllRegions,
 }
 
 /// Splits `positions` into runs of one stream each, in order. Batches are mostly one stream,
@@ -74,10 +104,27 @@ pub struct StreamNames {
 impl StreamNames {
     /// The shared name of `topic` (a source reads a handful of partitions: a scan is enough).
     pub fn name(&mut self, topic: &str) -> Arc<str> {
-        if let Some(known) = self.known.iter().find(|known| known.as_ref() == topic) {
+        self.in_cluster(None, topic)
+    }
+
+    /// The shared name of `topic` in `cluster`: `<cluster>/<topic>`, or `topic` without one.
+    pub fn in_cluster(&mut self, cluster: Option<&str>, topic: &str) -> Arc<str> {
+        let matches = |known: &str| match cluster {
+            None => known == topic,
+            Some(cluster) => {
+                known
+                    .strip_prefix(cluster)
+                    .and_then(|rest| rest.strip_prefix('/'))
+                    == Some(topic)
+            }
+        };
+        if let Some(known) = self.known.iter().find(|known| matches(known)) {
             return known.clone();
         }
-        let name: Arc<str> = Arc::from(topic);
+        let name: Arc<str> = match cluster {
+            None => Arc::from(topic),
+            Some(cluster) => Arc::from(format!("{cluster}/{topic}")),
+        };
         self.known.push(name.clone());
         name
     }
@@ -93,6 +140,7 @@ mod tests {
             topic: "t".into(),
             offset: (1, 2, index),
             entry_size: size,
+            origin: None,
         };
         assert!(at(-1, None).completes_entry());
         assert!(!at(0, Some(3)).completes_entry());

@@ -11,6 +11,7 @@
 mod common;
 mod config_cli;
 mod consistency;
+mod geo;
 mod offline;
 mod online;
 mod serving;

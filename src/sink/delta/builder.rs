@@ -70,6 +70,7 @@ impl SinkBuilder for DeltaSinkBuilder {
         let mut sink = DeltaSink::new(spec, self.config.clone(), table, context.cancel.clone());
         sink.set_schema_fingerprint(context.schema_fingerprint.clone());
         sink.set_metrics(context.metrics.clone());
+        sink.set_offline_origins(context.offline_origins);
         if let Some(grace) = self.gap_grace {
             sink.set_gap_grace(grace);
         }

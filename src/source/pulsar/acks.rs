@@ -46,6 +46,7 @@ mod tests {
             topic: topic.into(),
             offset: (1, entry, index.unwrap_or(-1)),
             entry_size: size,
+            origin: None,
         }
     }
 

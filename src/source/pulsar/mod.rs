@@ -5,6 +5,7 @@ mod admin;
 pub mod auth;
 mod config;
 mod reader;
+mod replication;
 mod service;
 mod topic;
 
@@ -22,10 +23,11 @@ pub use acks::{acks_for, AckTarget};
 pub use admin::{parse as parse_admin_answer, AdminError, PulsarAdmin};
 pub use config::{Delivery, PulsarSourceConfig, StartPosition, SubscriptionKind};
 pub use reader::{PublishRange, PulsarReaderSource};
+pub use replication::{ReplicationConfig, StreamNaming, SOURCE_POSITION_PROPERTY};
 pub use service::{CredentialError, PulsarServiceConfig};
-pub use topic::{partitioned_topic, BadTopicName, TopicName};
+pub use topic::{partitioned_topic, stream_topic, BadTopicName, TopicName};
 
-use super::{AckMode, MessagePosition, Source, SourceMessage, StreamNames};
+use super::{AckMode, MessagePosition, Source, SourceMessage};
 use crate::retry::{Backoff, Cancelled};
 use tokio_util::sync::CancellationToken;
 
@@ -89,19 +91,20 @@ pub fn position_of(
         topic,
         offset: (id.ledger_id, id.entry_id, id.batch_index.unwrap_or(-1)),
         entry_size: batch_size,
+        origin: None,
     }
 }
 
-/// The Pulsar message id to acknowledge `position` with (the broker acknowledges by ledger
-/// and entry; the batch index says which message of a batch it was).
-fn message_id(position: &MessagePosition) -> MessageIdData {
+/// The Pulsar message id to acknowledge `position` of `topic` with (the broker acknowledges
+/// by ledger and entry; the batch index says which message of a batch it was).
+fn message_id(topic: &str, position: &MessagePosition) -> MessageIdData {
     let (ledger_id, entry_id, index) = position.offset;
     MessageIdData {
         ledger_id,
         entry_id,
         batch_index: (index >= 0).then_some(index),
         batch_size: position.entry_size,
-        partition: TopicName::parse(&position.topic)
+        partition: TopicName::parse(topic)
             .ok()
             .and_then(|name| name.partition)
             .and_then(|p| i32::try_from(p).ok()),
@@ -157,19 +160,22 @@ pub struct PulsarSource {
     initial_position: InitialPosition,
     receiver_queue_size: u32,
     ack_mode: AckMode,
+    /// Replicate the subscription's position to the namespace's other clusters (PIP-33).
+    replicated: bool,
     consumer: Option<Consumer<Vec<u8>, TokioExecutor>>,
-    names: StreamNames,
+    names: StreamNaming,
     cancel: CancellationToken,
 }
 
 impl PulsarSource {
     /// Subscribes `subscription` to the pipeline's topic; fails fast on a refused subscription.
+    /// `replication` names this sidecar's cluster in a geo-replicated namespace.
     pub async fn subscribe(
         pulsar: Pulsar<TokioExecutor>,
         config: &PulsarSourceConfig,
         subscription: String,
-        sub_type: SubscriptionKind,
-        ack_mode: AckMode,
+        (sub_type, ack_mode): (SubscriptionKind, AckMode),
+        replication: Option<&ReplicationConfig>,
         cancel: CancellationToken,
     ) -> Result<Self, SourceError> {
         let pattern = match (config.pattern_regex(), config.pattern_namespace()) {
@@ -202,8 +208,9 @@ impl PulsarSource {
             },
             receiver_queue_size: config.receiver_queue_size,
             ack_mode,
+            replicated: replication.is_some_and(|r| r.replicated_subscriptions),
             consumer: None,
-            names: StreamNames::default(),
+            names: StreamNaming::new(replication),
             cancel,
         };
         source.consumer = Some(source.build_consumer().await?);
@@ -234,6 +241,7 @@ impl PulsarSource {
             .with_options(ConsumerOptions {
                 initial_position: self.initial_position.clone(),
                 durable: Some(true),
+                replicate_subscription_state: self.replicated.then_some(true),
                 ..Default::default()
             })
             .build()
@@ -269,7 +277,7 @@ impl PulsarSource {
     /// A received message as the pipeline sees it.
     pub fn message(
         message: pulsar::consumer::Message<Vec<u8>>,
-        names: &mut StreamNames,
+        names: &mut StreamNaming,
     ) -> SourceMessage {
         // Fields are moved out, not cloned: this runs once per message.
         let pulsar::consumer::Message {
@@ -279,6 +287,18 @@ impl PulsarSource {
             ..
         } = message;
         let metadata = payload.metadata;
+        let properties: Vec<(String, String)> = metadata
+            .properties
+            .into_iter()
+            .map(|kv| (kv.key, kv.value))
+            .collect();
+        let mut position = position_of(names.local(&topic), &message_id.id, message_id.batch_size);
+        position.origin = names.origin(
+            metadata.replicated_from.as_deref(),
+            &topic,
+            &properties,
+            &position,
+        );
         SourceMessage {
             schema_version: metadata
                 .schema_version
@@ -286,12 +306,8 @@ impl PulsarSource {
                 .and_then(decode_schema_version),
             key: metadata.partition_key,
             publish_time_ms: metadata.publish_time,
-            properties: metadata
-                .properties
-                .into_iter()
-                .map(|kv| (kv.key, kv.value))
-                .collect(),
-            position: position_of(names.name(&topic), &message_id.id, message_id.batch_size),
+            properties,
+            position,
             payload: payload.data,
         }
     }
@@ -341,10 +357,14 @@ impl Source for PulsarSource {
         };
         for target in acks_for(positions, self.ack_mode) {
             let result = match target {
-                AckTarget::Individual(p) => consumer.ack_with_id(&p.topic, message_id(p)).await,
+                AckTarget::Individual(p) => {
+                    let topic = stream_topic(&p.topic);
+                    consumer.ack_with_id(topic, message_id(topic, p)).await
+                }
                 AckTarget::Cumulative(p) => {
+                    let topic = stream_topic(&p.topic);
                     consumer
-                        .cumulative_ack_with_id(&p.topic, message_id(p))
+                        .cumulative_ack_with_id(topic, message_id(topic, p))
                         .await
                 }
             };

@@ -15,7 +15,8 @@ use pulsar::reader::Reader;
 use pulsar::{Pulsar, TokioExecutor};
 
 use super::{position_of, PulsarSource, SourceError};
-use crate::source::{MessagePosition, Offset, StreamNames};
+use super::{ReplicationConfig, StreamNaming};
+use crate::source::{MessagePosition, Offset};
 use crate::source::{Source, SourceMessage};
 
 /// Publish-time bounds of what a reader source hands on (epoch ms, inclusive).
@@ -42,7 +43,7 @@ pub struct PulsarReaderSource {
     current: Option<OpenPartition>,
     exhausted: bool,
     read: Arc<AtomicU64>,
-    names: StreamNames,
+    names: StreamNaming,
 }
 
 struct OpenPartition {
@@ -52,11 +53,13 @@ struct OpenPartition {
 }
 
 impl PulsarReaderSource {
-    /// A source over `partitions` (full partition names) in order.
+    /// A source over `partitions` (full partition names) in order; `replication` names this
+    /// sidecar's cluster in a geo-replicated namespace.
     pub fn new(
         pulsar: Pulsar<TokioExecutor>,
         partitions: Vec<String>,
         range: PublishRange,
+        replication: Option<&ReplicationConfig>,
     ) -> Self {
         Self {
             pulsar,
@@ -66,7 +69,7 @@ impl PulsarReaderSource {
             current: None,
             exhausted: false,
             read: Arc::new(AtomicU64::new(0)),
-            names: StreamNames::default(),
+            names: StreamNaming::new(replication),
         }
     }
 
@@ -169,7 +172,7 @@ impl Source for PulsarReaderSource {
             })?;
             let id = &message.message_id.id;
             let position = position_of(
-                self.names.name(&message.topic),
+                self.names.local(&message.topic),
                 id,
                 message.message_id.batch_size,
             );

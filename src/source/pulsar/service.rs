@@ -39,6 +39,9 @@ pub struct PulsarServiceConfig {
     /// How to log in: token, OAuth2 client credentials or a TLS client certificate.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// This sidecar's place in a geo-replicated namespace (one sidecar per region).
+    #[serde(default)]
+    pub replication: Option<super::ReplicationConfig>,
     /// The OAuth2 session, made once and shared by every clone of this config, so the
     /// binary protocol and the admin API use one token.
     #[serde(skip)]
@@ -55,6 +58,7 @@ impl std::fmt::Debug for PulsarServiceConfig {
             .field("token_file", &self.token_file)
             .field("tls_ca_file", &self.tls_ca_file)
             .field("auth", &self.auth)
+            .field("replication", &self.replication)
             .finish()
     }
 }
@@ -118,8 +122,13 @@ impl PulsarServiceConfig {
 
     /// Problems of the `auth` section (`file` names the service file in messages).
     pub fn check(&self, file: &Path) -> Vec<ConfigIssue> {
-        self.auth
-            .check(file, self.legacy_token(), (&self.url, &self.admin_url))
+        let mut issues = self
+            .auth
+            .check(file, self.legacy_token(), (&self.url, &self.admin_url));
+        if let Some(replication) = &self.replication {
+            issues.extend(replication.check(file));
+        }
+        issues
     }
 
     /// The JWT to present, if any: `token`, else the contents of `token_file` (either

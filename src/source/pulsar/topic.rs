@@ -91,6 +91,17 @@ pub fn partitioned_topic(name: &str) -> &str {
     }
 }
 
+/// The topic partition a stream name stands for: in a replicated namespace streams are
+/// named `<cluster>/<topic partition>` (see `replication`), otherwise by the topic itself.
+pub fn stream_topic(stream: &str) -> &str {
+    for scheme in ["non-persistent://", "persistent://"] {
+        if let Some(at) = stream.find(scheme) {
+            return &stream[at..];
+        }
+    }
+    stream
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +146,18 @@ mod tests {
             assert!(TopicName::parse(bad).is_err(), "{bad}");
         }
         assert!(TopicName::parse("non-persistent://a/b/c").is_ok());
+    }
+
+    #[test]
+    fn a_stream_of_a_replicated_namespace_names_its_topic() {
+        assert_eq!(
+            stream_topic("us-east/persistent://t/n/x-partition-1"),
+            "persistent://t/n/x-partition-1"
+        );
+        assert_eq!(
+            stream_topic("eu/non-persistent://t/n/x"),
+            "non-persistent://t/n/x"
+        );
+        assert_eq!(stream_topic("persistent://t/n/x"), "persistent://t/n/x");
     }
 }

@@ -9,4 +9,4 @@ mod maintenance;
 mod store;
 mod store_outage;
 
-pub use delta::delta_python;
+pub use delta::{delta_python, read_with};

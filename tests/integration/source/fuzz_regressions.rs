@@ -72,6 +72,7 @@ async fn payload_decoder_regressions_decode_or_fail_cleanly() {
                 topic: "persistent://public/default/fuzz".into(),
                 offset: (0, 0, -1),
                 entry_size: None,
+                origin: None,
             },
             payload,
             schema_version: None,

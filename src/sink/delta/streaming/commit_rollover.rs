@@ -9,7 +9,7 @@ use crate::sink::delta::table::files::write_files;
 use crate::sink::delta::table::positions::{representable, transactions};
 use crate::sink::delta::{metadata_keys, writer_properties, CommitError};
 use crate::sink::SinkError;
-use crate::source::MessagePosition;
+use crate::source::{MessagePosition, OfflineOrigins};
 
 impl DeltaSink {
     /// Commits what the rollover may take: skip rows the table holds, take per partition the
@@ -40,7 +40,9 @@ impl DeltaSink {
                 }
                 self.stale = false;
             }
-            self.learn_positions(&self.rollover.partitions()).await?;
+            let mut streams = self.rollover.partitions();
+            streams.extend(self.rollover.origin_streams());
+            self.learn_positions(&streams).await?;
             let table = self
                 .table
                 .as_ref()
@@ -103,7 +105,11 @@ impl DeltaSink {
             };
             let now_ms = chrono::Utc::now().timestamp_millis();
             let mut txns = Vec::new();
-            for (partition, key) in taken.commit_keys() {
+            let origin_keys = match self.offline_origins {
+                OfflineOrigins::AllRegions => taken.origin_commit_keys(),
+                OfflineOrigins::OwnRegion => Default::default(),
+            };
+            for (partition, key) in taken.commit_keys().into_iter().chain(origin_keys) {
                 if !representable(key) {
                     return Err(SinkError::fatal(format!("message id {key:?} of {partition} does not fit a Delta transaction version")));
                 }

@@ -2,6 +2,7 @@
 //! one version, and reports its messages durable only once that version exists.
 
 mod commit_rollover;
+mod origins;
 mod rollover;
 
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use crate::record::RowBatch;
 use crate::retry::Backoff;
 use crate::sink::delta::{DeltaSinkConfig, Opened, Table, TableError, TableLayout, TableSpec};
 use crate::sink::{Sink, SinkError};
-use crate::source::{distinct_streams, MessagePosition};
+use crate::source::{distinct_streams, MessagePosition, OfflineOrigins};
 use commit_rollover::fatal;
 use rollover::Rollover;
 
@@ -43,6 +44,8 @@ pub struct DeltaSink {
     pub(super) metrics: Option<Arc<Metrics>>,
     /// When the last rows were taken into the rollover.
     pub(super) last_row_at: Option<std::time::Instant>,
+    /// Whether copies replicated from other clusters become rows.
+    pub(super) offline_origins: OfflineOrigins,
 }
 
 impl DeltaSink {
@@ -66,7 +69,13 @@ impl DeltaSink {
             cancel,
             metrics: None,
             last_row_at: None,
+            offline_origins: OfflineOrigins::AllRegions,
         }
+    }
+
+    /// Whether copies replicated from other clusters become rows (see [`origins`]).
+    pub fn set_offline_origins(&mut self, origins: OfflineOrigins) {
+        self.offline_origins = origins;
     }
 
     /// Counts commits, files and bytes in `metrics`.
@@ -232,15 +241,23 @@ impl Sink for DeltaSink {
         self.open_until_done().await
     }
 
-    async fn write(&mut self, batch: RowBatch) -> Result<Vec<MessagePosition>, SinkError> {
+    async fn write(&mut self, mut batch: RowBatch) -> Result<Vec<MessagePosition>, SinkError> {
         if batch.positions.is_empty() {
             return Ok(Vec::new());
         }
         if self.layout.is_none() {
             self.open_until_done().await?;
         }
-        self.learn_positions(&distinct_streams([batch.positions.as_slice()]))
-            .await?;
+        let mut streams = distinct_streams([batch.positions.as_slice()]);
+        match self.offline_origins {
+            OfflineOrigins::OwnRegion => {
+                origins::drop_copies(&mut batch).map_err(fatal)?;
+            }
+            OfflineOrigins::AllRegions => {
+                streams.extend(origins::origin_streams(batch.positions.iter()))
+            }
+        }
+        self.learn_positions(&streams).await?;
         let layout = self
             .layout
             .as_ref()

@@ -21,6 +21,7 @@ use std::time::Instant;
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::error::ArrowError;
 
+use super::origins::{held_at_origin, origin_commit_keys, origin_streams};
 use crate::sink::delta::table::positions::{commit_key, continues};
 use crate::sink::delta::{message_key, CommittedPositions, MessageKey};
 use crate::source::{distinct_streams, stream_runs, MessagePosition};
@@ -74,10 +75,10 @@ impl Buffered {
         let mut keep_message = Vec::with_capacity(self.positions.len());
         for run in stream_runs(&self.positions) {
             let last = held.get(&run[0].topic);
-            keep_message.extend(
-                run.iter()
-                    .map(|position| last.is_none_or(|last| message_key(position) > last)),
-            );
+            keep_message.extend(run.iter().map(|position| {
+                last.is_none_or(|last| message_key(position) > last)
+                    && !held_at_origin(position, held)
+            }));
         }
         let row_keep: Vec<bool> = self
             .row_messages
@@ -223,6 +224,16 @@ impl Rollover {
     /// Distinct partitions of the buffered messages.
     pub fn partitions(&self) -> Vec<Arc<str>> {
         distinct_streams(self.batches.iter().map(|b| b.positions.as_slice()))
+    }
+
+    /// Distinct origin streams of the buffered copies (see [`super::origins`]).
+    pub fn origin_streams(&self) -> Vec<Arc<str>> {
+        origin_streams(self.positions())
+    }
+
+    /// Per origin stream, the key a commit of this rollover records for its copies.
+    pub fn origin_commit_keys(&self) -> BTreeMap<String, MessageKey> {
+        origin_commit_keys(self.positions())
     }
 
     /// Drops the rows of messages the table already holds (their messages stay, to be

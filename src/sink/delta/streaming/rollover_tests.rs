@@ -10,6 +10,7 @@ fn position(partition: &str, entry: u64) -> MessagePosition {
         topic: partition.into(),
         offset: (7, entry, -1),
         entry_size: None,
+        origin: None,
     }
 }
 

@@ -35,6 +35,7 @@ fn context() -> SinkContext {
         metrics: Arc::new(Metrics::new()),
         health: Arc::new(Health::default()),
         cancel: CancellationToken::new(),
+        offline_origins: Default::default(),
     }
 }
 
@@ -75,6 +76,7 @@ fn batch(entries: std::ops::RangeInclusive<u64>, schema: &arrow::datatypes::Sche
                 topic: PARTITION.into(),
                 offset: (3, *e, -1),
                 entry_size: None,
+                origin: None,
             })
             .collect(),
         row_positions: (0..entries.len()).collect(),

@@ -162,6 +162,7 @@ mod tests {
             topic: topic.into(),
             offset: (ledger, entry, batch.unwrap_or(-1)),
             entry_size: batch.map(|_| 10),
+            origin: None,
         }
     }
 

@@ -1,0 +1,147 @@
+//! Active/active: each region's sidecar reads its own cluster, writes its own Redis and
+//! commits to the shared table only the events first written to its cluster.
+
+use std::time::Duration;
+
+use super::*;
+
+const BASE: i64 = 1_792_000_000_000;
+const ENTITIES: u64 = 1_000;
+/// Events 0..HALF are produced in region A, HALF..2*HALF in region B (both shuffled, at the
+/// same time), then LATE more in region A: entities 0..LATE then have their newest event in
+/// A, the others in B.
+const HALF: u64 = 50_000;
+const LATE: u64 = 500;
+
+fn produce(project: &Project, start: u64, count: u64) -> std::thread::JoinHandle<()> {
+    let project_dir = project.path().to_path_buf();
+    let (start, count) = (start.to_string(), count.to_string());
+    let args: Vec<String> = [
+        "--start",
+        &start,
+        "--count",
+        &count,
+        "--entities",
+        &ENTITIES.to_string(),
+        "--base-ms",
+        &BASE.to_string(),
+        "--batch",
+        "100",
+        "--shuffle",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    std::thread::spawn(move || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_feature-connector"))
+            .args(["produce", "--pipeline", "user_features"])
+            .args(&args)
+            .arg("--root")
+            .arg(&project_dir)
+            .arg("--config")
+            .arg(project_dir.join("config.yaml"))
+            .output()
+            .expect("run produce");
+        assert!(
+            output.status.success(),
+            "produce: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    })
+}
+
+/// The event whose value each entity must end with, in every region.
+fn newest(entity: u64) -> u64 {
+    if entity < LATE {
+        2 * HALF + entity
+    } else {
+        2 * HALF - ENTITIES + entity
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regions_converge_online_and_commit_every_event_once_offline() {
+    let regions = regions();
+    let topic = replicated_topic(&regions, 4).await;
+    let feast_project = unique("fcgeo").replace('-', "_");
+    let table_url = s3_url(&unique("geo-table"));
+    let own = "    offline: own_region\n";
+    let project_a = region_project(
+        &regions[0],
+        &redis_url(),
+        &topic,
+        own,
+        &table_url,
+        &feast_project,
+    );
+    let redis_b_port = free_port();
+    let redis_b_url = format!("redis://127.0.0.1:{redis_b_port}");
+    let redis_b = PrivateRedis::start(redis_b_port, project_a.path())
+        .ready(&redis_b_url)
+        .await;
+    let project_b = region_project(
+        &regions[1],
+        &redis_b_url,
+        &topic,
+        own,
+        &table_url,
+        &feast_project,
+    );
+
+    let mut sidecar_a = project_a.start_with_env("run-a-0.log", &[]);
+    let sidecar_b = project_b.start_with_env("run-b.log", &[]);
+    let producers = [
+        produce(&project_a, 0, HALF),
+        produce(&project_b, HALF, HALF),
+    ];
+    // Region A's sidecar dies three times while both regions produce.
+    for round in 1..=3 {
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        sidecar_a.kill_hard();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sidecar_a = project_a.start_with_env(&format!("run-a-{round}.log"), &[]);
+    }
+    for producer in producers {
+        producer.join().expect("producer thread");
+    }
+    produce(&project_a, 2 * HALF, LATE)
+        .join()
+        .expect("late producer");
+    wait_drained_everywhere(&regions, &topic, "user_features", Duration::from_secs(180)).await;
+    let (code_b, log_b) = sidecar_b.stop_with_log();
+    let (code_a, log_a) = sidecar_a.stop_with_log();
+    assert_eq!((code_a, code_b), (0, 0), "clean shutdowns");
+    assert_quiet("region A's last sidecar", &log_a);
+    assert_quiet("region B's sidecar", &log_b);
+
+    // Online: Feast's SDK reads the same newest values in both regions.
+    let redis_a_host = redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_string();
+    for (name, host) in [
+        ("A", redis_a_host),
+        ("B", format!("127.0.0.1:{redis_b_port}")),
+    ] {
+        let read = feast_read(&host, &feast_project, ENTITIES);
+        for (entity, (purchases, event_ms)) in read.iter().enumerate() {
+            let i = newest(entity as u64);
+            assert_eq!(
+                (*purchases, *event_ms),
+                ((i * 3) as i64, BASE + i as i64),
+                "region {name}, user-{entity}"
+            );
+        }
+    }
+    drop(redis_b);
+
+    // Offline: every event once, whichever region it was produced in.
+    let total = 2 * HALF + LATE;
+    let read = crate::offline::read_with("deltalake", &format!("{table_url}/user_features"));
+    assert_eq!(read["rows"], json!(total), "rows in the table: {read}");
+    assert_eq!(
+        read["distinct_keys"],
+        json!(total),
+        "distinct (user, event time): {read}"
+    );
+}

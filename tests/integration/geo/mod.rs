@@ -1,0 +1,170 @@
+//! Geo-replicated Pulsar: a sidecar per region against its own cluster (the second broker
+//! of `scripts/services.sh start-geo`), one Redis per region, one shared offline table.
+
+mod active_active;
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// The first region: the main broker.
+pub struct Region {
+    pub cluster: String,
+    pub url: String,
+    pub admin: String,
+}
+
+/// The two regions of the test services; fails with the way out when the second broker is
+/// not running.
+pub fn regions() -> [Region; 2] {
+    let b_url = std::env::var("PULSAR_B_URL").unwrap_or_default();
+    assert!(
+        !b_url.is_empty(),
+        "the second Pulsar cluster is not running: `bash scripts/services.sh start-geo`, then \
+         `source .services/env`"
+    );
+    [
+        Region {
+            cluster: std::env::var("PULSAR_A_CLUSTER").unwrap_or_else(|_| "standalone".into()),
+            url: pulsar_url(),
+            admin: pulsar_admin(),
+        },
+        Region {
+            cluster: std::env::var("PULSAR_B_CLUSTER").unwrap_or_else(|_| "cluster-b".into()),
+            url: b_url,
+            admin: env_path("PULSAR_B_ADMIN_URL"),
+        },
+    ]
+}
+
+/// A new topic in the namespace both clusters replicate, with `partitions` partitions in each.
+pub async fn replicated_topic(regions: &[Region], partitions: u32) -> String {
+    let namespace =
+        std::env::var("FC_TEST_GEO_NAMESPACE").unwrap_or_else(|_| "geo/features".into());
+    let topic = format!("persistent://{namespace}/{}", unique("geo"));
+    // Pulsar 4 creates the partitioned topic in the other clusters of the namespace too
+    // (409 there when it did so first).
+    for region in regions {
+        let response = reqwest::Client::new()
+            .put(admin_url_at(&region.admin, &topic, "partitions"))
+            .header("content-type", "application/json")
+            .body(partitions.to_string())
+            .send()
+            .await
+            .expect("create the partitioned topic");
+        assert!(
+            response.status().is_success() || response.status().as_u16() == 409,
+            "create the partitioned topic in {}: {}",
+            region.cluster,
+            response.status()
+        );
+    }
+    topic
+}
+
+/// `{admin}/admin/v2/persistent/<topic>/<what>`.
+pub fn admin_url_at(admin: &str, topic: &str, what: &str) -> String {
+    let path = topic
+        .strip_prefix("persistent://")
+        .expect("persistent topic");
+    format!("{admin}/admin/v2/persistent/{path}/{what}")
+}
+
+/// Backlog of `subscription` on the partitioned `topic` of the cluster at `admin`.
+pub async fn backlog_at(admin: &str, topic: &str, subscription: &str) -> Option<u64> {
+    let stats: Value = reqwest::get(admin_url_at(admin, topic, "partitioned-stats"))
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    stats["subscriptions"][subscription]["msgBacklog"].as_u64()
+}
+
+/// A project of one region: its cluster (with `replication` lines), its Redis, the shared
+/// table at `table_url`, Feast layout under `feast_project`.
+pub fn region_project(
+    region: &Region,
+    redis: &str,
+    topic: &str,
+    replication: &str,
+    table_url: &str,
+    feast_project: &str,
+) -> Project {
+    let mut project = Project::new(redis);
+    project.topic = topic.to_string();
+    project.pulsar_section(
+        &region.url,
+        &region.admin,
+        &format!(
+            "  replication:\n    cluster: {}\n{replication}",
+            region.cluster
+        ),
+    );
+    project.pipeline(
+        "user_features",
+        &format!("online:\n  layout: feast\n  feast_project: {feast_project}"),
+        &format!("offline:\n  url: {table_url}\n  rollover_interval: 1s"),
+    );
+    project
+}
+
+/// Feast's SDK reads `entities` users of `user_features` from the Redis at `host:port`:
+/// per user, `(purchases_30d, event time ms)`.
+pub fn feast_read(redis_host: &str, feast_project: &str, entities: u64) -> Vec<(i64, i64)> {
+    let spec = json!({
+        "views": [{"name": "user_features", "ttl_seconds": 0,
+            "entities": [{"name": "user", "join_key": "user_id", "dtype": "String"}],
+            "features": [{"name": "purchases_30d", "dtype": "Int64"}]}],
+        "read": [{"view": "user_features",
+            "entity_rows": (0..entities).map(|e| json!({"user_id": format!("user-{e}")})).collect::<Vec<_>>()}]
+    });
+    let repo = tempfile::tempdir().expect("repo dir");
+    let spec_path = repo.path().join("spec.json");
+    std::fs::write(&spec_path, spec.to_string()).expect("spec");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(crate::online::feast_python())
+        .arg(root.join("tests/feast/read_online.py"))
+        .arg("--repo-dir")
+        .arg(repo.path().join("repo"))
+        .args(["--redis", redis_host, "--project", feast_project, "--spec"])
+        .arg(&spec_path)
+        .output()
+        .expect("run read_online.py");
+    assert!(
+        output.status.success(),
+        "read_online.py: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read: Value = serde_json::from_slice(&output.stdout).expect("json from read_online.py");
+    let users = &read["reads"][0];
+    (0..entities as usize)
+        .map(|row| {
+            (
+                users["rows"][row]["purchases_30d"].as_i64().unwrap_or(-1),
+                users["event_time_us"][row].as_i64().unwrap_or(-1) / 1000,
+            )
+        })
+        .collect()
+}
+
+/// Waits until `subscription` has no backlog in any of `regions`.
+pub async fn wait_drained_everywhere(
+    regions: &[Region],
+    topic: &str,
+    subscription: &str,
+    timeout: Duration,
+) {
+    wait_until("every region to drain", timeout, || async {
+        for region in regions {
+            if backlog_at(&region.admin, topic, subscription).await != Some(0) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+}
