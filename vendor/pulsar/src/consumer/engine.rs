@@ -420,7 +420,9 @@ impl<Exe: Executor> ConsumerEngine<Exe> {
                     },
                 ..
             } => {
-                error!(
+                // feature-connector patch: the broker closes consumers on every topic unload
+                // or move (and the engine reconnects right away): routine, not an error.
+                info!(
                     "Broker notification of closed consumer {}: {}",
                     consumer_id,
                     self.debug_format()
