@@ -14,6 +14,8 @@ if [[ ${CI:-} == true ]]; then
   trap 'bash scripts/services.sh stop' EXIT
 fi
 bash scripts/services.sh start
+# The second Pulsar cluster of the geo-replication tests (tests/integration/geo).
+bash scripts/services.sh start-geo
 # shellcheck disable=SC1091
 source .services/env
 

@@ -5,50 +5,13 @@ use std::time::Duration;
 
 use super::*;
 
-const BASE: i64 = 1_792_000_000_000;
-const ENTITIES: u64 = 1_000;
+use super::BASE;
+
 /// Events 0..HALF are produced in region A, HALF..2*HALF in region B (both shuffled, at the
 /// same time), then LATE more in region A: entities 0..LATE then have their newest event in
 /// A, the others in B.
 const HALF: u64 = 50_000;
 const LATE: u64 = 500;
-
-fn produce(project: &Project, start: u64, count: u64) -> std::thread::JoinHandle<()> {
-    let project_dir = project.path().to_path_buf();
-    let (start, count) = (start.to_string(), count.to_string());
-    let args: Vec<String> = [
-        "--start",
-        &start,
-        "--count",
-        &count,
-        "--entities",
-        &ENTITIES.to_string(),
-        "--base-ms",
-        &BASE.to_string(),
-        "--batch",
-        "100",
-        "--shuffle",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    std::thread::spawn(move || {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_feature-connector"))
-            .args(["produce", "--pipeline", "user_features"])
-            .args(&args)
-            .arg("--root")
-            .arg(&project_dir)
-            .arg("--config")
-            .arg(project_dir.join("config.yaml"))
-            .output()
-            .expect("run produce");
-        assert!(
-            output.status.success(),
-            "produce: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    })
-}
 
 /// The event whose value each entity must end with, in every region.
 fn newest(entity: u64) -> u64 {
@@ -91,8 +54,8 @@ async fn regions_converge_online_and_commit_every_event_once_offline() {
     let mut sidecar_a = project_a.start_with_env("run-a-0.log", &[]);
     let sidecar_b = project_b.start_with_env("run-b.log", &[]);
     let producers = [
-        produce(&project_a, 0, HALF),
-        produce(&project_b, HALF, HALF),
+        produce(&project_a, 0, HALF, &["--rate", "8000"]),
+        produce(&project_b, HALF, HALF, &["--rate", "8000"]),
     ];
     // Region A's sidecar dies three times while both regions produce.
     for round in 1..=3 {
@@ -104,7 +67,7 @@ async fn regions_converge_online_and_commit_every_event_once_offline() {
     for producer in producers {
         producer.join().expect("producer thread");
     }
-    produce(&project_a, 2 * HALF, LATE)
+    produce(&project_a, 2 * HALF, LATE, &[])
         .join()
         .expect("late producer");
     wait_drained_everywhere(&regions, &topic, "user_features", Duration::from_secs(180)).await;

@@ -2,6 +2,7 @@
 //! of `scripts/services.sh start-geo`), one Redis per region, one shared offline table.
 
 mod active_active;
+mod standby;
 
 use std::process::Command;
 use std::time::Duration;
@@ -167,4 +168,50 @@ pub async fn wait_drained_everywhere(
         true
     })
     .await;
+}
+
+/// Event time of event 0 in the geo tests.
+pub const BASE: i64 = 1_792_000_000_000;
+/// Entities of the geo tests (event i belongs to entity i % ENTITIES).
+pub const ENTITIES: u64 = 1_000;
+
+/// Runs `produce` on `project`'s cluster in a thread: events `start..start + count`,
+/// shuffled, in batches of 100, with `extra` arguments.
+pub fn produce(
+    project: &Project,
+    start: u64,
+    count: u64,
+    extra: &[&str],
+) -> std::thread::JoinHandle<()> {
+    let project_dir = project.path().to_path_buf();
+    let mut args: Vec<String> = vec![
+        "--start".into(),
+        start.to_string(),
+        "--count".into(),
+        count.to_string(),
+        "--entities".into(),
+        ENTITIES.to_string(),
+        "--base-ms".into(),
+        BASE.to_string(),
+        "--batch".into(),
+        "100".into(),
+        "--shuffle".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    std::thread::spawn(move || {
+        let output = Command::new(env!("CARGO_BIN_EXE_feature-connector"))
+            .args(["produce", "--pipeline", "user_features"])
+            .args(&args)
+            .arg("--root")
+            .arg(&project_dir)
+            .arg("--config")
+            .arg(project_dir.join("config.yaml"))
+            .output()
+            .expect("run produce");
+        assert!(
+            output.status.success(),
+            "produce: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    })
 }
