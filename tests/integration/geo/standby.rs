@@ -62,26 +62,6 @@ async fn standby_takes_over_from_the_replicated_position_without_duplicates() {
     // (snapshots every second), not at the start of the topic.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let b_backlog = backlog_at(&regions[1].admin, &topic, "user_features").await;
-    if b_backlog.is_none() {
-        for region in &regions {
-            let stats: Value = reqwest::get(admin_url_at(
-                &region.admin,
-                &format!("{topic}-partition-0"),
-                "stats",
-            ))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-            eprintln!(
-                "{}: {}",
-                region.cluster,
-                serde_json::to_string_pretty(&stats["subscriptions"]).unwrap()
-            );
-            eprintln!("{}: replication {}", region.cluster, stats["replication"]);
-        }
-    }
     assert!(
         b_backlog.is_some_and(|backlog| backlog < IN_A),
         "region B's replicated subscription: backlog {b_backlog:?} of {IN_A} events"
