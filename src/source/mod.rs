@@ -2,6 +2,7 @@
 
 mod position;
 pub mod pulsar;
+mod skipped;
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ pub use self::position::{
     distinct_streams, same_stream, stream_runs, MessagePosition, Offset, StreamNames,
 };
 pub use self::pulsar::SourceError;
+pub use self::skipped::{SkippedEntries, SkippedEntriesError};
 
 /// One message as it came off the topic.
 #[derive(Debug, Clone)]

@@ -6,6 +6,7 @@ pub mod auth;
 mod config;
 mod reader;
 mod service;
+mod skipped;
 mod topic;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ pub use admin::{parse as parse_admin_answer, AdminError, PulsarAdmin};
 pub use config::{Delivery, PulsarSourceConfig, StartPosition, SubscriptionKind};
 pub use reader::{PublishRange, PulsarReaderSource};
 pub use service::{CredentialError, PulsarServiceConfig};
+pub use skipped::{CursorAcks, CursorError, PulsarSkippedEntries};
 pub use topic::{partitioned_topic, BadTopicName, TopicName};
 
 use super::{AckMode, MessagePosition, Source, SourceMessage, StreamNames};
