@@ -60,8 +60,9 @@ public class TxnGapProducer {
         }
       }
       p.close();
-      System.out.println("produced " + sent + " events in " + (txns - aborted) + " committed and "
-          + aborted + " aborted transactions (0 and 0: without transactions)");
+      System.out.println(perTxn == 0 ? "produced " + sent + " events without transactions"
+          : "produced " + sent + " events in " + (txns - aborted) + " committed and " + aborted
+              + " aborted transactions");
     }
   }
 }
