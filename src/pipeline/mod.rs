@@ -30,9 +30,9 @@ use crate::metrics::Metrics;
 use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
 use crate::sink::{Sink, SinkBuilder, SinkContext};
 use crate::source::pulsar::{
-    CredentialError, Delivery, PulsarAdmin, PulsarSource, SubscriptionKind,
+    CredentialError, Delivery, PulsarAdmin, PulsarSkippedEntries, PulsarSource, SubscriptionKind,
 };
-use crate::source::{AckMode, OfflineOrigins, SourceError};
+use crate::source::{AckMode, OfflineOrigins, SkippedEntries, SourceError};
 
 /// The runtime could not start or a lane failed.
 #[derive(Debug, thiserror::Error)]
@@ -190,7 +190,7 @@ async fn build_lanes(
     }
     let mut lanes = Vec::new();
     for plan in plan_lanes(pipeline, &builders) {
-        let sinks: Vec<Box<dyn Sink>> = plan
+        let mut sinks: Vec<Box<dyn Sink>> = plan
             .sinks
             .iter()
             .filter_map(|&index| sinks.get_mut(index).and_then(Option::take))
@@ -201,6 +201,15 @@ async fn build_lanes(
             acknowledgement,
             ..
         } = plan;
+        // What the broker skips it acknowledges in this lane's cursor (see
+        // source::pulsar::skipped): the sinks ask it before waiting on a gap.
+        let skipped: Arc<dyn SkippedEntries> = Arc::new(PulsarSkippedEntries::new(
+            context.admin.clone(),
+            subscription.clone(),
+        ));
+        for sink in &mut sinks {
+            sink.set_skipped_entries(skipped.clone());
+        }
         let subscription_source = PulsarSource::subscribe(
             context.pulsar.clone(),
             source,

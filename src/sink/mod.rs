@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::record::{RowBatch, RowLayout};
-use crate::source::{AckMode, MessagePosition, OfflineOrigins};
+use crate::source::{AckMode, MessagePosition, OfflineOrigins, SkippedEntries};
 use crate::yaml::ConfigIssue;
 
 /// What a sink section's checks know of the pipeline it belongs to.
@@ -168,6 +168,13 @@ pub trait Sink: Send {
     /// while its service is down so that one pipeline's store does not stop the process.
     async fn start(&mut self) -> Result<(), SinkError> {
         Ok(())
+    }
+
+    /// Tells the sink how to learn which gaps in a stream the source made itself (entries
+    /// its consumers never see); a sink that waits on gaps commits past those at once. The
+    /// default ignores it.
+    fn set_skipped_entries(&mut self, probe: Arc<dyn SkippedEntries>) {
+        let _ = probe;
     }
 
     /// Takes a batch; returns the positions that are durable now (possibly from earlier

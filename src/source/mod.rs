@@ -2,6 +2,7 @@
 
 mod position;
 pub mod pulsar;
+mod skipped;
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ pub use self::position::{
     StreamNames,
 };
 pub use self::pulsar::SourceError;
+pub use self::skipped::{SkippedEntries, SkippedEntriesError};
 
 /// One message as it came off the topic.
 #[derive(Debug, Clone)]

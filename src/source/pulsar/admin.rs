@@ -160,6 +160,14 @@ impl PulsarAdmin {
         self.get_json(&format!("{}/stats", name.admin_path())).await
     }
 
+    /// The managed ledger's internal stats of one topic or partition (`…/internalStats`):
+    /// among others each cursor's mark-delete position and acknowledged ranges.
+    pub async fn internal_stats(&self, topic: &str) -> Result<serde_json::Value, AdminError> {
+        let name = TopicName::parse(topic)?;
+        self.get_json(&format!("{}/internalStats", name.admin_path()))
+            .await
+    }
+
     /// Creates the durable subscription `subscription` on `topic` at its earliest message
     /// (creating the topic if the broker allows auto-creation). Returns whether it is new;
     /// one that already exists is left where it is.

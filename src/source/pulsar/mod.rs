@@ -7,6 +7,7 @@ mod config;
 mod reader;
 mod replication;
 mod service;
+mod skipped;
 mod topic;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub use config::{Delivery, PulsarSourceConfig, StartPosition, SubscriptionKind};
 pub use reader::{PublishRange, PulsarReaderSource};
 pub use replication::{ReplicationConfig, StreamNaming, SOURCE_POSITION_PROPERTY};
 pub use service::{CredentialError, PulsarServiceConfig};
+pub use skipped::{CursorAcks, CursorError, PulsarSkippedEntries};
 pub use topic::{partitioned_topic, stream_topic, BadTopicName, TopicName};
 
 use super::{AckMode, MessagePosition, Source, SourceMessage};

@@ -2,6 +2,7 @@
 //! rollover, types, schema evolution, maintenance, a store that is down, outside readers and
 //! Feast's historical features; and the end-to-end run into Redis, local disk and S3.
 
+mod broker_gaps;
 mod delta;
 mod end_to_end;
 mod feast;

@@ -48,7 +48,13 @@ impl DeltaSink {
                 .as_ref()
                 .ok_or_else(|| SinkError::fatal("no table"))?;
             let dropped = self.rollover.drop_held(table.positions()).map_err(fatal)?;
-            let (cuts, accepted) = self.rollover.cuts(table.positions(), self.gap_grace);
+            let gaps = self.rollover.gaps(table.positions());
+            if !gaps.is_empty() {
+                self.bridge.learn(&gaps).await;
+            }
+            let (cuts, accepted) =
+                self.rollover
+                    .cuts(table.positions(), self.gap_grace, self.bridge.bridged());
             self.count_skipped(dropped);
             for (partition, held, next) in &accepted {
                 tracing::warn!(%partition, ?held, ?next, "messages between what the table holds and the next one never arrived (expired or deleted?); committing past them");

@@ -1,6 +1,7 @@
 //! The offline sink: buffers a rollover's rows, commits them to the pipeline's Delta table as
 //! one version, and reports its messages durable only once that version exists.
 
+mod bridge;
 mod commit_rollover;
 mod origins;
 mod rollover;
@@ -15,7 +16,8 @@ use crate::record::RowBatch;
 use crate::retry::Backoff;
 use crate::sink::delta::{DeltaSinkConfig, Opened, Table, TableError, TableLayout, TableSpec};
 use crate::sink::{Sink, SinkError};
-use crate::source::{distinct_streams, MessagePosition, OfflineOrigins};
+use crate::source::{distinct_streams, MessagePosition, OfflineOrigins, SkippedEntries};
+use bridge::GapBridge;
 use commit_rollover::fatal;
 use rollover::Rollover;
 
@@ -37,6 +39,8 @@ pub struct DeltaSink {
     /// commit, or while messages wait behind a gap).
     pub(super) stale: bool,
     pub(super) gap_grace: std::time::Duration,
+    /// The gaps the source skipped itself (committed past at once).
+    pub(super) bridge: GapBridge,
     /// Encoded bytes per in-memory Arrow byte, learned from the last commit.
     pub(super) encoded_per_arrow_byte: f64,
     pub(super) schema_fingerprint: String,
@@ -64,6 +68,7 @@ impl DeltaSink {
             rollover: Rollover::default(),
             stale: false,
             gap_grace: GAP_GRACE,
+            bridge: GapBridge::default(),
             encoded_per_arrow_byte: 0.25,
             schema_fingerprint: String::new(),
             cancel,
@@ -239,6 +244,11 @@ impl Sink for DeltaSink {
 
     async fn start(&mut self) -> Result<(), SinkError> {
         self.open_until_done().await
+    }
+
+    /// Gaps `probe` says the source skipped are committed past without waiting.
+    fn set_skipped_entries(&mut self, probe: Arc<dyn SkippedEntries>) {
+        self.bridge.set_probe(probe);
     }
 
     async fn write(&mut self, mut batch: RowBatch) -> Result<Vec<MessagePosition>, SinkError> {

@@ -11,18 +11,20 @@
 //! - a message at or below the newest one taken for its partition is such a rewind: the
 //!   buffered messages from it on are dropped (they come again, in order);
 //! - a commit takes, per partition, only the unbroken run that continues from the table's
-//!   position; messages after a gap stay buffered until the gap fills (or is accepted as
-//!   real, see [`Rollover::cuts`]).
+//!   position; messages after a gap stay buffered until the gap fills, the source says it
+//!   skipped the gap's entries itself, or the gap is accepted as real (see
+//!   [`Rollover::cuts`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::error::ArrowError;
 
+use super::bridge::walk;
 use super::origins::{held_at_origin, origin_commit_keys, origin_streams};
-use crate::sink::delta::table::positions::{commit_key, continues};
+use crate::sink::delta::table::positions::commit_key;
 use crate::sink::delta::{message_key, CommittedPositions, MessageKey};
 use crate::source::{distinct_streams, stream_runs, MessagePosition};
 
@@ -255,40 +257,37 @@ impl Rollover {
         }
     }
 
+    /// Every gap in the buffered messages of each partition, from what the table holds on
+    /// (each as if the ones before it were bridged), in order.
+    pub fn gaps(&self, held: &CommittedPositions) -> Vec<AcceptedGap> {
+        let mut gaps = Vec::new();
+        for (partition, positions) in by_partition(&self.batches) {
+            walk(&positions, held.get(partition), |at, next| {
+                gaps.push((partition.to_string(), at, next));
+                true
+            });
+        }
+        gaps
+    }
+
     /// Per partition, the newest message a commit may take: the end of the unbroken run that
-    /// continues from what the table holds. A partition whose run has been broken for
-    /// `grace` is taken whole (the missing messages are taken as gone, e.g. expired by a
-    /// TTL), named in the returned list of accepted gaps.
+    /// continues from what the table holds, a gap in `bridged` counting as unbroken (the
+    /// source skipped its entries itself, see [`super::bridge`]). A partition whose run has
+    /// been broken for `grace` is taken whole (the missing messages are taken as gone, e.g.
+    /// expired by a TTL), named in the returned list of accepted gaps.
     pub fn cuts(
         &mut self,
         held: &CommittedPositions,
         grace: std::time::Duration,
+        bridged: &HashSet<AcceptedGap>,
     ) -> (HashMap<String, MessageKey>, Vec<AcceptedGap>) {
-        let mut by_partition: BTreeMap<&str, Vec<&MessagePosition>> = BTreeMap::new();
-        for run in self.batches.iter().flat_map(|b| stream_runs(&b.positions)) {
-            by_partition
-                .entry(run[0].topic.as_ref())
-                .or_default()
-                .extend(run.iter());
-        }
         let mut cuts = HashMap::new();
         let mut accepted = Vec::new();
         let mut gapped = Vec::new();
-        for (partition, positions) in by_partition {
-            let mut last = held.get(partition);
-            let mut broken_at = None;
-            for position in positions {
-                if last.is_some_and(|l| message_key(position) <= l) {
-                    continue;
-                }
-                match last {
-                    Some(l) if !continues(l, position) => {
-                        broken_at = Some((l, message_key(position)));
-                        break;
-                    }
-                    _ => last = Some(commit_key(position)),
-                }
-            }
+        for (partition, positions) in by_partition(&self.batches) {
+            let (last, broken_at) = walk(&positions, held.get(partition), |at, next| {
+                bridged.contains(&(partition.to_string(), at, next))
+            });
             match (broken_at, last) {
                 (Some((at, next)), _) => {
                     let since = *self
@@ -398,6 +397,18 @@ impl Rollover {
     pub fn into_positions(self) -> Vec<MessagePosition> {
         self.batches.into_iter().flat_map(|b| b.positions).collect()
     }
+}
+
+/// Per partition, the buffered messages in order.
+fn by_partition(batches: &[Buffered]) -> BTreeMap<&str, Vec<&MessagePosition>> {
+    let mut by_partition: BTreeMap<&str, Vec<&MessagePosition>> = BTreeMap::new();
+    for run in batches.iter().flat_map(|b| stream_runs(&b.positions)) {
+        by_partition
+            .entry(run[0].topic.as_ref())
+            .or_default()
+            .extend(run.iter());
+    }
+    by_partition
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The rollover's rules on in-memory batches: rewinds, gaps, cuts and commit keys.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::*;
@@ -102,7 +103,8 @@ fn a_commit_takes_only_the_run_that_continues_from_the_table() {
         rollover.take(rows, index, positions).unwrap();
     }
     rollover.drop_held(&held).unwrap();
-    let (cuts, accepted) = rollover.cuts(&held, std::time::Duration::from_secs(60));
+    let (cuts, accepted) =
+        rollover.cuts(&held, std::time::Duration::from_secs(60), &HashSet::new());
     assert!(accepted.is_empty());
     assert_eq!(cuts.get("p"), Some(&(7, 11, i32::MAX)));
     assert_eq!(cuts.get("q"), Some(&(7, 6, i32::MAX)));
@@ -119,7 +121,7 @@ fn a_commit_takes_only_the_run_that_continues_from_the_table() {
         "after the gap: kept for later"
     );
     // A gap that lasts is accepted.
-    let (cuts, accepted) = rollover.cuts(&held, std::time::Duration::ZERO);
+    let (cuts, accepted) = rollover.cuts(&held, std::time::Duration::ZERO, &HashSet::new());
     assert_eq!(accepted.len(), 1);
     assert!(cuts.contains_key("p"));
 }
@@ -130,4 +132,38 @@ fn commit_keys_stand_for_whole_entries() {
     let (rows, index, positions) = batch("p", 3..5);
     rollover.take(rows, index, positions).unwrap();
     assert_eq!(rollover.commit_keys().get("p"), Some(&(7, 4, i32::MAX)));
+}
+
+#[test]
+fn a_bridged_gap_is_taken_at_once_and_an_unbridged_one_still_waits() {
+    let mut held = CommittedPositions::default();
+    held.set("p", Some((7, 9, i32::MAX)));
+    let mut rollover = Rollover::default();
+    // 10..12, then 14..16 (13 a marker the broker skipped), then 18..20 (17 not skipped).
+    for range in [10..12, 14..16, 18..20] {
+        let (rows, index, positions) = batch("p", range);
+        rollover.take(rows, index, positions).unwrap();
+    }
+    let gaps = rollover.gaps(&held);
+    let gap = |at, next| ("p".to_string(), (7, at, i32::MAX), (7, next, -1));
+    assert_eq!(gaps, vec![gap(11, 14), gap(15, 18)]);
+    let grace = std::time::Duration::from_secs(60);
+    let bridged: HashSet<AcceptedGap> = [gap(11, 14)].into_iter().collect();
+    let (cuts, accepted) = rollover.cuts(&held, grace, &bridged);
+    assert!(accepted.is_empty());
+    assert_eq!(cuts.get("p"), Some(&(7, 15, i32::MAX)), "past 13, up to 17");
+    let taken = rollover.split(&cuts).unwrap();
+    assert_eq!(entries(&taken), vec![10, 11, 14, 15]);
+    assert_eq!(entries(&rollover), vec![18, 19], "waits for 17");
+    // Once the table holds 15, the gap before 18 is the first; without a bridge it waits.
+    held.set("p", Some((7, 15, i32::MAX)));
+    let (cuts, accepted) = rollover.cuts(&held, grace, &bridged);
+    assert!(accepted.is_empty());
+    assert_eq!(
+        cuts.get("p"),
+        Some(&(7, 15, i32::MAX)),
+        "no further than held"
+    );
+    assert_eq!(rollover.split(&cuts).unwrap().messages(), 0);
+    assert_eq!(entries(&rollover), vec![18, 19]);
 }

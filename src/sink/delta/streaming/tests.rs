@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
+use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
@@ -223,5 +224,43 @@ async fn a_tick_after_the_rows_stop_commits_without_waiting_for_the_interval(
         "0s: only the interval or the size commit"
     );
     assert_eq!(off.pending_rows(), 10);
+    Ok(())
+}
+
+/// A source that skipped exactly `entries` itself.
+struct Skipped(Vec<u64>);
+
+#[async_trait]
+impl SkippedEntries for Skipped {
+    async fn skipped(
+        &self,
+        _stream: &str,
+        gaps: &[(crate::source::Offset, crate::source::Offset)],
+    ) -> Result<Vec<bool>, crate::source::SkippedEntriesError> {
+        Ok(gaps
+            .iter()
+            .map(|(after, before)| (after.1 + 1..before.1).all(|e| self.0.contains(&e)))
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn a_gap_the_source_skipped_is_committed_past_at_once() -> Result<(), SinkError> {
+    let context = context();
+    let (_, mut sink) = started_sink(&builder(2), &context).await?;
+    let durable = sink.write(batch(0..=1, &context.output_schema)).await?;
+    assert_eq!(entries(&durable), vec![0, 1]);
+    // Entries 2 and 3 never come: with no probe, or one that did not skip them, 4 and 5 wait.
+    assert!(sink
+        .write(batch(4..=5, &context.output_schema))
+        .await?
+        .is_empty());
+    sink.set_skipped_entries(Arc::new(Skipped(vec![2])));
+    assert!(sink.commit().await?.is_empty(), "3 was not skipped");
+    // Once the source says it skipped them, the next commit takes 4 and 5 without waiting.
+    sink.set_skipped_entries(Arc::new(Skipped(vec![2, 3])));
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(entries(&sink.commit().await?), vec![4, 5]);
+    assert_eq!(sink.pending_rows(), 0);
     Ok(())
 }

@@ -1,0 +1,197 @@
+//! Gaps the source made: entry ids its consumers never see (Pulsar's transaction and
+//! replicated-subscription markers, aborted transactional messages, messages expired by a
+//! TTL). They never fill, so waiting [`super::GAP_GRACE`] for them only delays commits. The
+//! source says which gaps it skipped itself ([`SkippedEntries`]); such a gap is "bridged":
+//! the rollover treats the messages on both sides as one unbroken run. A gap left by another
+//! writer's messages (a Failover hand-over) is not skipped by the source and still fences.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::rollover::AcceptedGap;
+use crate::sink::delta::table::positions::{commit_key, continues, WHOLE_ENTRY};
+use crate::sink::delta::{message_key, MessageKey};
+use crate::source::{MessagePosition, SkippedEntries};
+
+/// How long a "not skipped" answer stands before the same gap is asked about again.
+const ASK_AGAIN_AFTER: Duration = Duration::from_secs(1);
+
+/// Walks a partition's buffered messages (in order) from `held`, the table's position:
+/// returns the commit key of the last message of the unbroken run, and the gap that ends it
+/// (what the run held, the message after the gap). At each gap `bridge(at, next)` says
+/// whether to go on past it.
+pub(super) fn walk(
+    positions: &[&MessagePosition],
+    held: Option<MessageKey>,
+    mut bridge: impl FnMut(MessageKey, MessageKey) -> bool,
+) -> (Option<MessageKey>, Option<(MessageKey, MessageKey)>) {
+    let mut last = held;
+    for position in positions {
+        if last.is_some_and(|l| message_key(position) <= l) {
+            continue;
+        }
+        match last {
+            Some(l) if !continues(l, position) => {
+                if !bridge(l, message_key(position)) {
+                    return (last, Some((l, message_key(position))));
+                }
+                last = Some(commit_key(position));
+            }
+            _ => last = Some(commit_key(position)),
+        }
+    }
+    (last, None)
+}
+
+/// Whether a gap lies between whole entries (the run ends with a complete entry and the next
+/// message starts one): only then is it a run of missing entries the source can vouch for.
+fn between_entries(at: MessageKey, next: MessageKey) -> bool {
+    (at.2 == WHOLE_ENTRY || at.2 < 0) && next.2 <= 0
+}
+
+/// The gaps known to be skipped by the source, and the source to ask about new ones.
+#[derive(Default)]
+pub struct GapBridge {
+    probe: Option<Arc<dyn SkippedEntries>>,
+    bridged: HashSet<AcceptedGap>,
+    /// Gaps the source did not vouch for, and when it was asked.
+    refused: HashMap<AcceptedGap, Instant>,
+}
+
+impl std::fmt::Debug for GapBridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GapBridge")
+            .field("probe", &self.probe.is_some())
+            .field("bridged", &self.bridged)
+            .field("refused", &self.refused.len())
+            .finish()
+    }
+}
+
+impl GapBridge {
+    /// Asks `probe` from now on.
+    pub fn set_probe(&mut self, probe: Arc<dyn SkippedEntries>) {
+        self.probe = Some(probe);
+    }
+
+    /// The gaps the source skipped.
+    pub fn bridged(&self) -> &HashSet<AcceptedGap> {
+        &self.bridged
+    }
+
+    /// Learns which of `gaps` (the rollover's, see [`super::rollover::Rollover::gaps`]) the
+    /// source skipped: each gap is asked about once when skipped, at most every
+    /// [`ASK_AGAIN_AFTER`] while not, in one request per partition. Without a probe, or when
+    /// it fails, nothing is bridged (the gap grace applies).
+    pub async fn learn(&mut self, gaps: &[AcceptedGap]) {
+        let current: HashSet<&AcceptedGap> = gaps.iter().collect();
+        self.bridged.retain(|gap| current.contains(gap));
+        self.refused.retain(|gap, _| current.contains(gap));
+        let Some(probe) = self.probe.clone() else {
+            return;
+        };
+        let mut ask: Vec<(&str, Vec<&AcceptedGap>)> = Vec::new();
+        for gap in gaps {
+            let fresh_no = self
+                .refused
+                .get(gap)
+                .is_some_and(|asked| asked.elapsed() < ASK_AGAIN_AFTER);
+            if self.bridged.contains(gap) || fresh_no || !between_entries(gap.1, gap.2) {
+                continue;
+            }
+            match ask.iter_mut().find(|(partition, _)| *partition == gap.0) {
+                Some((_, list)) => list.push(gap),
+                None => ask.push((gap.0.as_str(), vec![gap])),
+            }
+        }
+        for (partition, list) in ask {
+            let offsets: Vec<_> = list.iter().map(|gap| (gap.1, gap.2)).collect();
+            match probe.skipped(partition, &offsets).await {
+                Ok(answers) => {
+                    for (gap, skipped) in list.into_iter().zip(answers) {
+                        if skipped {
+                            tracing::debug!(partition = %gap.0, held = ?gap.1, next = ?gap.2, "the broker skipped the entries between (markers, aborted or expired messages); committing past them");
+                            self.bridged.insert(gap.clone());
+                        } else {
+                            self.refused.insert(gap.clone(), Instant::now());
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot tell whether the source skipped a gap; it waits for the gap grace");
+                    for gap in list {
+                        self.refused.insert(gap.clone(), Instant::now());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{Offset, SkippedEntriesError};
+    use async_trait::async_trait;
+    use std::sync::Mutex;
+
+    /// Says a gap is skipped when its entries are all in `skipped`; counts requests.
+    struct Entries {
+        skipped: Vec<u64>,
+        asked: Mutex<usize>,
+    }
+
+    #[async_trait]
+    impl SkippedEntries for Entries {
+        async fn skipped(
+            &self,
+            _stream: &str,
+            gaps: &[(Offset, Offset)],
+        ) -> Result<Vec<bool>, SkippedEntriesError> {
+            *self.asked.lock().unwrap() += 1;
+            Ok(gaps
+                .iter()
+                .map(|(a, b)| (a.1 + 1..b.1).all(|e| self.skipped.contains(&e)))
+                .collect())
+        }
+    }
+
+    fn gap(at: u64, next: u64) -> AcceptedGap {
+        ("p".into(), (7, at, WHOLE_ENTRY), (7, next, -1))
+    }
+
+    #[tokio::test]
+    async fn skipped_gaps_are_bridged_and_asked_about_once() {
+        let probe = Arc::new(Entries {
+            skipped: vec![5, 6, 9],
+            asked: Mutex::new(0),
+        });
+        let mut bridge = GapBridge::default();
+        bridge.learn(&[gap(4, 7)]).await;
+        assert!(bridge.bridged().is_empty(), "no probe: nothing bridged");
+        bridge.set_probe(probe.clone());
+        let gaps = [gap(4, 7), gap(8, 10), gap(11, 13)];
+        bridge.learn(&gaps).await;
+        assert_eq!(*probe.asked.lock().unwrap(), 1, "one request per partition");
+        assert!(bridge.bridged().contains(&gap(4, 7)));
+        assert!(bridge.bridged().contains(&gap(8, 10)));
+        assert!(
+            !bridge.bridged().contains(&gap(11, 13)),
+            "12 was not skipped"
+        );
+        bridge.learn(&gaps).await;
+        assert_eq!(
+            *probe.asked.lock().unwrap(),
+            1,
+            "a yes is kept, a fresh no not asked again"
+        );
+        // A gap inside an entry (the rest of entry 11 missing) is never asked about.
+        bridge.learn(&[("p".into(), (7, 11, 2), (7, 13, 0))]).await;
+        assert_eq!(*probe.asked.lock().unwrap(), 1);
+        assert!(
+            bridge.bridged().is_empty(),
+            "gaps no longer there are forgotten"
+        );
+    }
+}
