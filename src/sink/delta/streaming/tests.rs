@@ -36,6 +36,7 @@ fn context() -> SinkContext {
         health: Arc::new(Health::default()),
         cancel: CancellationToken::new(),
         offline_origins: Default::default(),
+        tie_break: false,
     }
 }
 
