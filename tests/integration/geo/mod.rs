@@ -2,6 +2,7 @@
 //! of `scripts/services.sh start-geo`), one Redis per region, one shared offline table.
 
 mod active_active;
+mod ties;
 
 use std::process::Command;
 use std::time::Duration;
