@@ -116,7 +116,7 @@ async fn stored_ties(url: &str, feast_project: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equal_event_times_in_both_regions_end_with_the_same_value_everywhere() {
-    const _: () = assert!(OFFSET % ENTITIES == 0);
+    const _: () = assert!(OFFSET.is_multiple_of(ENTITIES));
     let regions = regions();
     let topic = replicated_topic(&regions, 4).await;
     let feast_project = unique("fcties").replace('-', "_");
