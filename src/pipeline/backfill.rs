@@ -95,6 +95,7 @@ pub async fn backfill(
         health: Arc::new(Health::default()),
         cancel: cancel.clone(),
         offline_origins: super::offline_origins(service),
+        tie_break: service.pulsar.replication.is_some(),
     };
     let builder = DeltaSinkBuilder {
         service: service.object_store.clone(),

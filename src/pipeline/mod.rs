@@ -178,6 +178,7 @@ async fn build_lanes(
         health: context.health.clone(),
         cancel: context.cancel.clone(),
         offline_origins: offline_origins(context.service),
+        tie_break: context.service.pulsar.replication.is_some(),
     };
     let builders = pipeline.sink_builders(context.service);
     let mut sinks = Vec::new();

@@ -71,6 +71,9 @@ pub struct SinkContext {
     /// Which messages' rows a sink that keeps every event once (the offline table) takes
     /// when the source replicates from other clusters.
     pub offline_origins: OfflineOrigins,
+    /// Whether a latest-wins store breaks ties between equal event times by publish time and
+    /// origin cluster, so that every region's store ends the same (`pulsar.replication`).
+    pub tie_break: bool,
 }
 
 /// The config side of a sink: builds the running sink of one pipeline.

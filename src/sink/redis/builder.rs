@@ -24,8 +24,8 @@ impl SinkBuilder for RedisSinkBuilder {
         let sink = RedisSink::connect(
             &self.service,
             &self.config,
-            &context.pipeline,
-            context.rows.clone(),
+            (&context.pipeline, context.rows.clone()),
+            context.tie_break,
             context.cancel.clone(),
         )
         .await?;

@@ -17,9 +17,17 @@ use super::layout::EntityWrite;
 /// [`entity`](Self::entity) (saying how many [`set`](Self::set) calls follow), its sets,
 /// then its [`delete`](Self::delete)s.
 pub trait EntityWrites {
-    /// Starts an entity: its Redis key, event time, the bytes stored in the time field and
-    /// the number of fields that will be set.
-    fn entity(&mut self, key: &[u8], event_time_ms: i64, time_value: &[u8], sets: usize);
+    /// Starts an entity: its Redis key, event time, the bytes stored in the time field, its
+    /// tie value when ties are broken (see [`super::ties`]) and the number of fields that
+    /// will be set.
+    fn entity(
+        &mut self,
+        key: &[u8],
+        event_time_ms: i64,
+        time_value: &[u8],
+        tie: Option<&[u8]>,
+        sets: usize,
+    );
     /// A field to set on the current entity.
     fn set(&mut self, field: &[u8], value: &[u8]);
     /// A field to remove from the current entity (its feature is null).
@@ -36,7 +44,10 @@ pub struct ScriptCalls<'a> {
     hash: &'a str,
     ttl_ms: i64,
     time_field: &'a [u8],
-    time_encoding: &'a str,
+    /// The time encoding, followed by `:<tie field>` when ties are broken.
+    mode: Vec<u8>,
+    /// Whether each entity carries a tie value.
+    ties: bool,
     /// Group entities by hash slot (Redis Cluster).
     by_slot: bool,
     open: HashMap<Option<Slot>, Chunk>,
@@ -73,7 +84,8 @@ struct Entity {
     matched: usize,
     /// Sets seen so far.
     seen: usize,
-    /// Index in `arg_ends` of the time value; its sets and deletes follow.
+    /// Index in `arg_ends` of the time value; its tie value (when ties are broken), sets
+    /// and deletes follow.
     first_arg: usize,
 }
 
@@ -130,7 +142,7 @@ impl Chunk {
         let count = self.entities.len();
         let call_fields = self.field_ends.len();
         let mut call = Cmd::with_capacity(
-            7 + call_fields + count * 5 + self.arg_ends.len(),
+            7 + call_fields + count * 6 + self.arg_ends.len(),
             64 + self.keys.len() + self.fields.len() + self.args.len() + count * 24,
         );
         call.arg("EVALSHA").arg(calls.hash).arg(count);
@@ -141,7 +153,7 @@ impl Chunk {
         }
         call.arg(calls.ttl_ms)
             .arg(calls.time_field)
-            .arg(calls.time_encoding)
+            .arg(calls.mode.as_slice())
             .arg(call_fields);
         for index in 0..call_fields {
             call.arg(self.field(index));
@@ -150,6 +162,10 @@ impl Chunk {
             call.arg(entity.event_time_ms)
                 .arg(self.arg(entity.first_arg));
             let mut next = entity.first_arg + 1;
+            if calls.ties {
+                call.arg(self.arg(next));
+                next += 1;
+            }
             if entity.uses_call_fields(call_fields) {
                 call.arg(-1).arg(entity.deletes);
                 for index in next..next + entity.sets {
@@ -176,20 +192,27 @@ impl Chunk {
 }
 
 impl<'a> ScriptCalls<'a> {
-    /// Calls of `script` that apply `ttl_ms` and compare times stored in `time_field`;
-    /// `by_slot` for Redis Cluster.
+    /// Calls of `script` that apply `ttl_ms` and compare times stored in `time_field`
+    /// (encoded as `time_encoding`), and at equal times the tie values stored in
+    /// `tie_field` when one is given; `by_slot` for Redis Cluster.
     pub fn new(
         script: &'a Script,
         ttl_ms: i64,
-        time_field: &'a [u8],
-        time_encoding: &'a str,
+        (time_field, time_encoding): (&'a [u8], &str),
+        tie_field: Option<&[u8]>,
         by_slot: bool,
     ) -> Self {
+        let mut mode = time_encoding.as_bytes().to_vec();
+        if let Some(field) = tie_field {
+            mode.push(b':');
+            mode.extend_from_slice(field);
+        }
         Self {
             hash: script.get_hash(),
             ttl_ms,
             time_field,
-            time_encoding,
+            mode,
+            ties: tie_field.is_some(),
             by_slot,
             open: HashMap::new(),
             current: None,
@@ -214,7 +237,15 @@ impl<'a> ScriptCalls<'a> {
 }
 
 impl EntityWrites for ScriptCalls<'_> {
-    fn entity(&mut self, key: &[u8], event_time_ms: i64, time_value: &[u8], sets: usize) {
+    fn entity(
+        &mut self,
+        key: &[u8],
+        event_time_ms: i64,
+        time_value: &[u8],
+        tie: Option<&[u8]>,
+        sets: usize,
+    ) {
+        let ties = self.ties;
         let slot = self.by_slot.then(|| Slot::for_key(key));
         if self
             .open
@@ -232,6 +263,10 @@ impl EntityWrites for ScriptCalls<'_> {
         chunk.key_ends.push(chunk.keys.len());
         let first_arg = chunk.arg_ends.len();
         chunk.push_arg(time_value);
+        if ties {
+            // A missing tie value is empty: it loses every tie.
+            chunk.push_arg(tie.unwrap_or_default());
+        }
         chunk.entities.push(Entity {
             event_time_ms,
             sets,
@@ -260,11 +295,19 @@ impl EntityWrites for ScriptCalls<'_> {
 
 /// Collects owned writes, for tests and for reading a layout's output.
 impl EntityWrites for Vec<EntityWrite> {
-    fn entity(&mut self, key: &[u8], event_time_ms: i64, time_value: &[u8], sets: usize) {
+    fn entity(
+        &mut self,
+        key: &[u8],
+        event_time_ms: i64,
+        time_value: &[u8],
+        tie: Option<&[u8]>,
+        sets: usize,
+    ) {
         self.push(EntityWrite {
             key: key.to_vec(),
             event_time_ms,
             time_value: time_value.to_vec(),
+            tie: tie.map(<[u8]>::to_vec),
             set: Vec::with_capacity(sets),
             delete: Vec::new(),
         });
@@ -300,22 +343,22 @@ mod tests {
     #[test]
     fn one_evalsha_for_many_entities_keys_first_fields_named_once() {
         let script = Script::new("return 1");
-        let mut calls = ScriptCalls::new(&script, 60_000, b"_ts", "ms", false);
+        let mut calls = ScriptCalls::new(&script, 60_000, (b"_ts", "ms"), None, false);
         // The first entity names the call's fields.
-        calls.entity(b"fc:users:a", 30, b"30", 2);
+        calls.entity(b"fc:users:a", 30, b"30", None, 2);
         calls.set(b"vip", b"true");
         calls.set(b"ctr", b"0.1");
         // Same fields in the same order, one deleted too: values only.
-        calls.entity(b"fc:users:b", 40, b"40", 2);
+        calls.entity(b"fc:users:b", 40, b"40", None, 2);
         calls.set(b"vip", b"false");
         calls.set(b"ctr", b"0.5");
         calls.delete(b"old");
         // A null feature: fewer sets, so pairs (the matched prefix rebuilt from the names).
-        calls.entity(b"fc:users:c", 50, b"50", 1);
+        calls.entity(b"fc:users:c", 50, b"50", None, 1);
         calls.set(b"vip", b"true");
         calls.delete(b"ctr");
         // Other fields: pairs.
-        calls.entity(b"fc:users:d", 60, b"60", 2);
+        calls.entity(b"fc:users:d", 60, b"60", None, 2);
         calls.set(b"ctr", b"0.7");
         calls.set(b"vip", b"false");
         let commands = calls.into_commands();
@@ -367,11 +410,81 @@ mod tests {
     }
 
     #[test]
+    fn with_ties_each_entity_carries_its_tie_value_after_its_time_value() {
+        let script = Script::new("return 1");
+        let mut calls = ScriptCalls::new(&script, -1, (b"_ts:v", "pbts"), Some(b"_tie:v"), false);
+        calls.entity(b"k1", 30, b"t30", Some(b"00000000000000000007:east"), 1);
+        calls.set(b"f", b"1");
+        // Other fields: pairs, the tie value still right after the time value.
+        calls.entity(b"k2", 40, b"t40", Some(b"00000000000000000009:west"), 1);
+        calls.set(b"g", b"2");
+        calls.delete(b"f");
+        // No tie value given: an empty one, losing every tie.
+        calls.entity(b"k3", 50, b"t50", None, 0);
+        let commands = calls.into_commands();
+        let expected: Vec<&[u8]> = vec![
+            b"EVALSHA",
+            script.get_hash().as_bytes(),
+            b"3",
+            b"k1",
+            b"k2",
+            b"k3",
+            b"-1",
+            b"_ts:v",
+            b"pbts:_tie:v",
+            b"1",
+            b"f",
+            b"30",
+            b"t30",
+            b"00000000000000000007:east",
+            b"-1",
+            b"0",
+            b"1",
+            b"40",
+            b"t40",
+            b"00000000000000000009:west",
+            b"1",
+            b"1",
+            b"g",
+            b"2",
+            b"f",
+            b"50",
+            b"t50",
+            b"",
+            b"0",
+            b"0",
+        ];
+        assert_eq!(args(&commands[0]), expected);
+
+        // Without ties a tie value given is not sent, and the mode is the encoding alone.
+        let mut calls = ScriptCalls::new(&script, -1, (b"_ts:v", "pbts"), None, false);
+        calls.entity(b"k1", 30, b"t30", Some(b"00000000000000000007:east"), 1);
+        calls.set(b"f", b"1");
+        let expected: Vec<&[u8]> = vec![
+            b"EVALSHA",
+            script.get_hash().as_bytes(),
+            b"1",
+            b"k1",
+            b"-1",
+            b"_ts:v",
+            b"pbts",
+            b"1",
+            b"f",
+            b"30",
+            b"t30",
+            b"-1",
+            b"0",
+            b"1",
+        ];
+        assert_eq!(args(&calls.into_commands()[0]), expected);
+    }
+
+    #[test]
     fn a_full_call_starts_the_next_and_a_cluster_gets_one_call_per_slot() {
         let script = Script::new("return 1");
-        let mut calls = ScriptCalls::new(&script, 0, b"_ts", "ms", false);
+        let mut calls = ScriptCalls::new(&script, 0, (b"_ts", "ms"), None, false);
         for i in 0..MAX_ENTITIES_PER_CALL + 1 {
-            calls.entity(format!("k:{i}").as_bytes(), 1, b"1", 0);
+            calls.entity(format!("k:{i}").as_bytes(), 1, b"1", None, 0);
         }
         let counts: Vec<Vec<u8>> = calls
             .into_commands()
@@ -380,10 +493,10 @@ mod tests {
             .collect();
         assert_eq!(counts, vec![b"256".to_vec(), b"1".to_vec()]);
 
-        let mut calls = ScriptCalls::new(&script, 0, b"_ts", "ms", true);
+        let mut calls = ScriptCalls::new(&script, 0, (b"_ts", "ms"), None, true);
         // `{a}` hash tags put the first two in one slot.
         for key in [&b"x:{a}:1"[..], b"x:{a}:2", b"x:{b}:1"] {
-            calls.entity(key, 1, b"1", 1);
+            calls.entity(key, 1, b"1", None, 1);
             calls.set(b"f", key);
         }
         let mut per_call: Vec<usize> = calls

@@ -22,6 +22,7 @@ use super::feast_proto::{
     StringList, Val, Value,
 };
 use super::layout::{column, newest_per_entity};
+use super::ties::{RowTies, TIE_FIELD};
 use crate::record::{event_time_millis, RowLayout};
 
 /// Builds Redis writes in Feast's layout for one feature view.
@@ -80,6 +81,11 @@ impl FeastLayout {
         format!("_ts:{}", self.view).into_bytes()
     }
 
+    /// `_tie:{view}`: Feast reads only `_ts:{view}` and its hashed feature fields.
+    pub fn tie_field(&self) -> Vec<u8> {
+        format!("{TIE_FIELD}:{}", self.view).into_bytes()
+    }
+
     /// The Redis key of the entity with these join key values (name → column, row).
     pub fn key(&self, rows: &RecordBatch, row: usize) -> Result<Option<Vec<u8>>, ArrowError> {
         let mut keys = Vec::with_capacity(self.sorted_keys.len());
@@ -110,12 +116,13 @@ impl FeastLayout {
     pub fn write_entities(
         &self,
         rows: &RecordBatch,
+        ties: Option<&RowTies<'_>>,
         out: &mut dyn EntityWrites,
     ) -> Result<(), ArrowError> {
         let mut keys: Vec<Option<Vec<u8>>> = (0..rows.num_rows())
             .map(|row| self.key(rows, row))
             .collect::<Result<_, _>>()?;
-        let newest = newest_per_entity(rows, &self.layout, |row| keys[row].take())?;
+        let newest = newest_per_entity(rows, &self.layout, ties, |row| keys[row].take())?;
         let features = self
             .layout
             .features
@@ -124,7 +131,8 @@ impl FeastLayout {
             .collect::<Result<Vec<_>, _>>()?;
         for (key, event_time_ms, row) in newest {
             let sets = features.iter().filter(|c| !c.is_null(row)).count();
-            out.entity(&key, event_time_ms, &encode_timestamp(event_time_ms), sets);
+            let (time_value, tie) = (encode_timestamp(event_time_ms), ties.map(|t| t.row(row)));
+            out.entity(&key, event_time_ms, &time_value, tie, sets);
             for (values, field) in features.iter().zip(&self.field_names) {
                 if !values.is_null(row) {
                     out.set(field, &encode_value(values, row)?);

@@ -16,6 +16,7 @@ use arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use super::calls::EntityWrites;
 use super::feast::FeastLayout;
+use super::ties::{RowTies, TIE_FIELD};
 use crate::record::{event_time_millis, RowLayout};
 
 /// Hash field of the native layout holding the event time (epoch milliseconds).
@@ -49,6 +50,8 @@ pub struct EntityWrite {
     pub event_time_ms: i64,
     /// The bytes stored in the time field (decimal ms, or a protobuf Timestamp for Feast).
     pub time_value: Vec<u8>,
+    /// The tie value of the row (see [`super::ties`]), when ties are broken.
+    pub tie: Option<Vec<u8>>,
     /// Fields to set.
     pub set: Vec<(Vec<u8>, Vec<u8>)>,
     /// Fields to remove (null features).
@@ -73,6 +76,15 @@ impl Layout {
         }
     }
 
+    /// The hash field holding the tie value (`_tie`, `_tie:<view>` in Feast's layout, where
+    /// Feast's reader ignores it), written only when a geo-replicated namespace breaks ties.
+    pub fn tie_field(&self) -> Vec<u8> {
+        match self {
+            Layout::Native(_) => TIE_FIELD.as_bytes().to_vec(),
+            Layout::Feast(feast) => feast.tie_field(),
+        }
+    }
+
     /// How that field is encoded.
     pub fn time_encoding(&self) -> TimeEncoding {
         match self {
@@ -81,23 +93,28 @@ impl Layout {
         }
     }
 
-    /// Hands `out` one write per entity: the row with the greatest event time (the later
-    /// row on a tie).
+    /// Hands `out` one write per entity: the row with the greatest event time; on a tie the
+    /// row with the greater tie value when `ties` are given, else the later row.
     pub fn write_entities(
         &self,
         rows: &RecordBatch,
+        ties: Option<&RowTies<'_>>,
         out: &mut dyn EntityWrites,
     ) -> Result<(), ArrowError> {
         match self {
-            Layout::Native(native) => native.write_entities(rows, out),
-            Layout::Feast(feast) => feast.write_entities(rows, out),
+            Layout::Native(native) => native.write_entities(rows, ties, out),
+            Layout::Feast(feast) => feast.write_entities(rows, ties, out),
         }
     }
 
     /// The same writes as owned values.
-    pub fn entity_writes(&self, rows: &RecordBatch) -> Result<Vec<EntityWrite>, ArrowError> {
+    pub fn entity_writes(
+        &self,
+        rows: &RecordBatch,
+        ties: Option<&RowTies<'_>>,
+    ) -> Result<Vec<EntityWrite>, ArrowError> {
         let mut writes = Vec::new();
-        self.write_entities(rows, &mut writes)?;
+        self.write_entities(rows, ties, &mut writes)?;
         Ok(writes)
     }
 }
@@ -108,11 +125,14 @@ pub fn column<'a>(rows: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, Arr
         .ok_or_else(|| ArrowError::SchemaError(format!("row batch lacks `{name}`")))
 }
 
-/// For each entity (by `key_of`), the row with the greatest event time; later rows win ties.
-/// Rows without a key or event time are skipped (the decoder rejects them already).
+/// For each entity (by `key_of`), the row with the greatest event time; ties go to the row
+/// with the greater or equal tie value when `ties` are given (as the latest-wins script
+/// breaks them), else to the later row. Rows without a key or event time are skipped (the
+/// decoder rejects them already).
 pub fn newest_per_entity(
     rows: &RecordBatch,
     layout: &RowLayout,
+    ties: Option<&RowTies<'_>>,
     mut key_of: impl FnMut(usize) -> Option<Vec<u8>>,
 ) -> Result<Vec<(Vec<u8>, i64, usize)>, ArrowError> {
     let time_column = column(rows, &layout.event_time)?;
@@ -123,6 +143,8 @@ pub fn newest_per_entity(
         };
         match newest.get_mut(&key) {
             Some(current) if current.0 > ts => {}
+            Some(current)
+                if current.0 == ts && ties.is_some_and(|t| t.row(current.1) > t.row(row)) => {}
             Some(current) => *current = (ts, row),
             None => {
                 newest.insert(key, (ts, row));
@@ -164,6 +186,7 @@ impl NativeLayout {
     fn write_entities(
         &self,
         rows: &RecordBatch,
+        ties: Option<&RowTies<'_>>,
         out: &mut dyn EntityWrites,
     ) -> Result<(), ArrowError> {
         let options = FormatOptions::default().with_null("");
@@ -181,7 +204,7 @@ impl NativeLayout {
         // row or value beyond the entity key itself.
         let mut text = String::new();
         let mut format_error = None;
-        let newest = newest_per_entity(rows, &self.layout, |row| {
+        let newest = newest_per_entity(rows, &self.layout, ties, |row| {
             if key_columns.iter().any(|c| c.is_null(row)) {
                 return None;
             }
@@ -215,7 +238,8 @@ impl NativeLayout {
             let sets = features.iter().filter(|(_, c)| !c.is_null(row)).count();
             time_text.clear();
             let _ = write!(time_text, "{event_time_ms}");
-            out.entity(&key, event_time_ms, time_text.as_bytes(), sets);
+            let tie = ties.map(|t| t.row(row));
+            out.entity(&key, event_time_ms, time_text.as_bytes(), tie, sets);
             for ((field, column), formatter) in features.iter().zip(&formatters) {
                 if column.is_null(row) {
                     continue;
@@ -289,7 +313,7 @@ mod tests {
                 features: vec!["ctr".into(), "vip".into()],
             },
         ));
-        let writes = layout.entity_writes(&rows).unwrap();
+        let writes = layout.entity_writes(&rows, None).unwrap();
         assert_eq!(
             writes,
             vec![
@@ -297,6 +321,7 @@ mod tests {
                     key: b"fc:users:a".to_vec(),
                     event_time_ms: 30,
                     time_value: b"30".to_vec(),
+                    tie: None,
                     set: vec![(b"vip".to_vec(), b"true".to_vec())],
                     delete: vec![b"ctr".to_vec()],
                 },
@@ -304,6 +329,7 @@ mod tests {
                     key: b"fc:users:b".to_vec(),
                     event_time_ms: 5,
                     time_value: b"5".to_vec(),
+                    tie: None,
                     set: vec![
                         (b"ctr".to_vec(), b"0.2".to_vec()),
                         (b"vip".to_vec(), b"false".to_vec())
@@ -311,6 +337,67 @@ mod tests {
                     delete: vec![],
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn within_a_batch_equal_event_times_go_to_the_greater_tie_value() {
+        use crate::record::RowBatch;
+        use crate::source::MessagePosition;
+
+        let rows = RecordBatch::try_from_iter(vec![
+            (
+                "user_id",
+                Arc::new(StringArray::from(vec!["a", "a", "b", "b"])) as ArrayRef,
+            ),
+            (
+                "ts",
+                Arc::new(Int64Array::from(vec![10, 10, 10, 10])) as ArrayRef,
+            ),
+            (
+                "n",
+                Arc::new(Int64Array::from(vec![1, 2, 3, 4])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let at = |topic: &str| MessagePosition {
+            topic: topic.into(),
+            offset: (1, 1, -1),
+            entry_size: None,
+            origin: None,
+        };
+        // `a`: the greater tie value first; `b`: last.
+        let batch = RowBatch {
+            rows: rows.clone(),
+            positions: vec![at("west/t"), at("east/t"), at("east/t"), at("west/t")],
+            row_positions: vec![0, 1, 2, 3],
+            publish_times_ms: vec![7, 7, 7, 7],
+        };
+        let layout = Layout::Native(NativeLayout::new(
+            "fc",
+            "users",
+            RowLayout {
+                keys: vec!["user_id".into()],
+                event_time: "ts".into(),
+                features: vec!["n".into()],
+            },
+        ));
+        let values = |writes: Vec<EntityWrite>| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+            writes
+                .into_iter()
+                .map(|w| (w.set[0].1.clone(), w.tie))
+                .collect()
+        };
+        let ties = RowTies::of(&batch);
+        let tie = |cluster: &str| Some(format!("00000000000000000007:{cluster}").into_bytes());
+        assert_eq!(
+            values(layout.entity_writes(&rows, Some(&ties)).unwrap()),
+            vec![(b"1".to_vec(), tie("west")), (b"4".to_vec(), tie("west"))]
+        );
+        // Without ties the later row wins.
+        assert_eq!(
+            values(layout.entity_writes(&rows, None).unwrap()),
+            vec![(b"2".to_vec(), None), (b"4".to_vec(), None)]
         );
     }
 }

@@ -12,6 +12,9 @@ mod feast_proto;
 mod layout;
 mod probe;
 mod section;
+mod ties;
+#[cfg(test)]
+mod ties_script_tests;
 mod writer;
 
 pub use builder::RedisSinkBuilder;

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::calls::ScriptCalls;
 use super::feast::FeastLayout;
 use super::layout::{Layout, NativeLayout};
+use super::ties::RowTies;
 use super::{LayoutKind, RedisClient, RedisConnection};
 use super::{RedisServiceConfig, RedisSinkConfig};
 use crate::record::{RowBatch, RowLayout};
@@ -20,12 +21,22 @@ use crate::source::MessagePosition;
 /// Latest-wins for many entities in one call, atomic per entity, so replicas and
 /// out-of-order events cannot overwrite newer values. KEYS: the entity keys. ARGV[1] TTL ms
 /// (> 0 expire, 0 persist an entity written before, < 0 leave); ARGV[2] time field; ARGV[3]
-/// its encoding (`ms` text or `pbts` protobuf Timestamp); ARGV[4] the number n of the call's
-/// fields, then their n names; then per key: event time ms, the time field's new value,
-/// number of field/value pairs s, number of fields to delete d, then s pairs (or, when s is
-/// -1, the values of the call's n fields in order) and d fields. Returns how many entities
+/// its encoding (`ms` text or `pbts` protobuf Timestamp), followed by `:<tie field>` when
+/// ties are broken; ARGV[4] the number n of the call's fields, then their n names; then per
+/// key: event time ms, the time field's new value, the tie value (only when ties are
+/// broken), number of field/value pairs s, number of fields to delete d, then s pairs (or,
+/// when s is -1, the values of the call's n fields in order) and d fields. At an equal event
+/// time the later write wins; when ties are broken, only if its tie value is not below the
+/// stored one (byte order; an entity without one loses the tie). Returns how many entities
 /// were written (the rest held newer values).
-const LATEST_WINS_LUA: &str = r"
+pub(super) const LATEST_WINS_LUA: &str = r"
+local function bytes_below(x, y)
+  for i = 1, math.min(#x, #y) do
+    local p, q = x:byte(i), y:byte(i)
+    if p ~= q then return p < q end
+  end
+  return #x < #y
+end
 local function pbts_ms(s)
   local i, seconds, nanos = 1, 0, 0
   while i <= #s do
@@ -36,27 +47,38 @@ local function pbts_ms(s)
   end
   return seconds * 1000 + math.floor(nanos / 1000000)
 end
-local ttl, time_field, pbts = tonumber(ARGV[1]), ARGV[2], ARGV[3] == 'pbts'
-local n = tonumber(ARGV[4])
+local ttl, time_field, mode = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local tie_field, head = nil, 2
+local colon = string.find(mode, ':', 1, true)
+if colon then tie_field, head, mode = string.sub(mode, colon + 1), 4, string.sub(mode, 1, colon - 1) end
+local pbts, n = mode == 'pbts', tonumber(ARGV[4])
 local common = {time_field, false}
-for i = 1, n do common[1 + 2 * i] = ARGV[4 + i] end
+if tie_field then common[3], common[4] = tie_field, false end
+for i = 1, n do common[head - 1 + 2 * i] = ARGV[4 + i] end
 local a, written = 5 + n, 0
 for k = 1, #KEYS do
-  local key, at = KEYS[k], tonumber(ARGV[a])
-  local sets, deletes = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local first_set = a + 4
+  local key, at, tie, c = KEYS[k], tonumber(ARGV[a]), nil, a + 2
+  if tie_field then tie, c = ARGV[a + 2], a + 3 end
+  local sets, deletes = tonumber(ARGV[c]), tonumber(ARGV[c + 1])
+  local first_set = c + 2
   local first_delete = first_set + (sets < 0 and n or 2 * sets)
   local stored, newer = redis.call('HGET', key, time_field), false
   if stored then
     local stored_ms
     if pbts then stored_ms = pbts_ms(stored) else stored_ms = tonumber(stored) end
     newer = stored_ms ~= nil and stored_ms > at
+    if tie and stored_ms == at then
+      local stored_tie = redis.call('HGET', key, tie_field)
+      newer = stored_tie and bytes_below(tie, stored_tie) or false
+    end
   end
   if not newer then
     if sets < 0 then
-      common[2] = ARGV[a + 1]
-      for i = 1, n do common[2 + 2 * i] = ARGV[first_set + i - 1] end
+      common[2], common[4] = ARGV[a + 1], tie
+      for i = 1, n do common[head + 2 * i] = ARGV[first_set + i - 1] end
       redis.call('HSET', key, unpack(common))
+    elseif tie then
+      redis.call('HSET', key, time_field, ARGV[a + 1], tie_field, tie, unpack(ARGV, first_set, first_delete - 1))
     else
       redis.call('HSET', key, time_field, ARGV[a + 1], unpack(ARGV, first_set, first_delete - 1))
     end
@@ -128,6 +150,8 @@ pub struct RedisSink {
     writer: Writer,
     layout: Layout,
     time_field: Vec<u8>,
+    /// Where tie values go when a geo-replicated namespace breaks ties (see [`super::ties`]).
+    tie_field: Option<Vec<u8>>,
     ttl_ms: i64,
     in_flight: FuturesOrdered<JoinHandle<Result<Vec<MessagePosition>, SinkError>>>,
     max_in_flight: usize,
@@ -135,11 +159,13 @@ pub struct RedisSink {
 
 impl RedisSink {
     /// Connects (once, to fail fast on a wrong URL or password) and prepares the script.
+    /// `tie_break`: break ties between equal event times by publish time and origin cluster
+    /// (a geo-replicated namespace, where regions receive events in different orders).
     pub async fn connect(
         service: &RedisServiceConfig,
         config: &RedisSinkConfig,
-        view: &str,
-        rows: RowLayout,
+        (view, rows): (&str, RowLayout),
+        tie_break: bool,
         cancel: CancellationToken,
     ) -> Result<Self, SinkError> {
         let client =
@@ -169,6 +195,7 @@ impl RedisSink {
         Ok(Self {
             writer,
             time_field: layout.time_field(),
+            tie_field: tie_break.then(|| layout.tie_field()),
             // A Feast hash may hold other views with their own expiry: leave it alone.
             ttl_ms: match (config.ttl, &layout) {
                 (Some(t), _) => i64::try_from(t.as_millis()).unwrap_or(i64::MAX),
@@ -186,12 +213,13 @@ impl RedisSink {
         let mut calls = ScriptCalls::new(
             &self.writer.script,
             self.ttl_ms,
-            &self.time_field,
-            self.layout.time_encoding().script_name(),
+            (&self.time_field, self.layout.time_encoding().script_name()),
+            self.tie_field.as_deref(),
             self.writer.client.is_cluster(),
         );
+        let ties = self.tie_field.is_some().then(|| RowTies::of(batch));
         self.layout
-            .write_entities(&batch.rows, &mut calls)
+            .write_entities(&batch.rows, ties.as_ref(), &mut calls)
             .map_err(|e| SinkError::fatal_from("building Redis writes", e))?;
         Ok(calls.into_commands())
     }

@@ -3,6 +3,7 @@
 
 mod active_active;
 mod standby;
+mod ties;
 
 use std::process::Command;
 use std::time::Duration;

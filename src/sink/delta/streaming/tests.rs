@@ -37,6 +37,7 @@ fn context() -> SinkContext {
         health: Arc::new(Health::default()),
         cancel: CancellationToken::new(),
         offline_origins: Default::default(),
+        tie_break: false,
     }
 }
 

@@ -1,0 +1,217 @@
+//! Ties across regions: producers in both regions write the same entities at the same event
+//! times with different values, at once. Each region sees its own events first, so "the later
+//! write wins" would leave each region with its own values; the tie rule (publish time, then
+//! origin cluster) makes both end with the same value per entity.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use arrow::datatypes::DataType;
+use feature_connector::sink::redis::feast::key_from_text;
+use redis::AsyncCommands;
+
+use super::*;
+
+const BASE: i64 = 1_793_000_000_000;
+const ENTITIES: u64 = 500;
+/// Events per region: every entity gets `EVENTS / ENTITIES` event times, each in both.
+const EVENTS: u64 = 5_000;
+/// Region B's first event: its event `OFFSET + i` has the entity and event time of region
+/// A's event `i` (`OFFSET % ENTITIES == 0`) and another value.
+const OFFSET: u64 = 1_000_000;
+
+fn produce(project: &Project, start: u64, base_ms: i64) -> std::thread::JoinHandle<()> {
+    let project_dir = project.path().to_path_buf();
+    let args: Vec<String> = vec![
+        "--start".into(),
+        start.to_string(),
+        "--count".into(),
+        EVENTS.to_string(),
+        "--entities".into(),
+        ENTITIES.to_string(),
+        "--base-ms".into(),
+        base_ms.to_string(),
+        "--batch".into(),
+        "100".into(),
+        "--shuffle".into(),
+    ];
+    std::thread::spawn(move || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_feature-connector"))
+            .args(["produce", "--pipeline", "user_features"])
+            .args(&args)
+            .arg("--root")
+            .arg(&project_dir)
+            .arg("--config")
+            .arg(project_dir.join("config.yaml"))
+            .output()
+            .expect("run produce");
+        assert!(
+            output.status.success(),
+            "produce: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    })
+}
+
+/// Per user of the table, its rows at its newest event time: `(purchases_30d, publish ms)`.
+fn newest_rows_in_table(table_uri: &str) -> HashMap<String, Vec<(i64, u64)>> {
+    let script = r#"
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import read_table
+from deltalake import DeltaTable
+uri = sys.argv[1]
+t = DeltaTable(uri, storage_options=read_table.storage_options(uri)).to_pyarrow_table(
+    columns=["user_id", "event_time", "purchases_30d", "pulsar_publish_time"])
+newest = {}
+for user, et, purchases, published in zip(
+        t.column("user_id").to_pylist(), t.column("event_time").cast("int64").to_pylist(),
+        t.column("purchases_30d").to_pylist(),
+        t.column("pulsar_publish_time").cast("int64").to_pylist()):
+    at, rows = newest.get(user, (None, []))
+    if at is None or et > at:
+        newest[user] = (et, [[purchases, published // 1000]])
+    elif et == at:
+        rows.append([purchases, published // 1000])
+print(json.dumps({user: rows for user, (_, rows) in newest.items()}))
+"#;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(crate::offline::delta_python())
+        .args(["-c", script, table_uri])
+        .arg(root.join("tests/delta"))
+        .env("AWS_ENDPOINT_URL", s3_endpoint())
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .expect("read the table");
+    assert!(
+        output.status.success(),
+        "reading {table_uri}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON from the table read")
+}
+
+/// `_tie:user_features` of every user in the Redis at `url`.
+async fn stored_ties(url: &str, feast_project: &str) -> Vec<String> {
+    let client = redis::Client::open(url).expect("redis url");
+    let mut redis = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to Redis");
+    let mut ties = Vec::new();
+    for entity in 0..ENTITIES {
+        let user = format!("user-{entity}");
+        let key = key_from_text(feast_project, &[("user_id", &user, &DataType::Utf8)])
+            .expect("Feast key");
+        let tie: Option<String> = redis
+            .hget(key, "_tie:user_features")
+            .await
+            .expect("HGET the tie field");
+        ties.push(tie.unwrap_or_default());
+    }
+    ties
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equal_event_times_in_both_regions_end_with_the_same_value_everywhere() {
+    const _: () = assert!(OFFSET.is_multiple_of(ENTITIES));
+    let regions = regions();
+    let topic = replicated_topic(&regions, 4).await;
+    let feast_project = unique("fcties").replace('-', "_");
+    let table_url = s3_url(&unique("ties-table"));
+    let own = "    offline: own_region\n";
+    let project_a = region_project(
+        &regions[0],
+        &redis_url(),
+        &topic,
+        own,
+        &table_url,
+        &feast_project,
+    );
+    let redis_b_port = free_port();
+    let redis_b_url = format!("redis://127.0.0.1:{redis_b_port}");
+    let redis_b = PrivateRedis::start(redis_b_port, project_a.path())
+        .ready(&redis_b_url)
+        .await;
+    let project_b = region_project(
+        &regions[1],
+        &redis_b_url,
+        &topic,
+        own,
+        &table_url,
+        &feast_project,
+    );
+
+    let sidecar_a = project_a.start_with_env("run-a.log", &[]);
+    let sidecar_b = project_b.start_with_env("run-b.log", &[]);
+    let producers = [
+        produce(&project_a, 0, BASE),
+        produce(&project_b, OFFSET, BASE - OFFSET as i64),
+    ];
+    for producer in producers {
+        producer.join().expect("producer thread");
+    }
+    wait_drained_everywhere(&regions, &topic, "user_features", Duration::from_secs(180)).await;
+    let (code_b, log_b) = sidecar_b.stop_with_log();
+    let (code_a, log_a) = sidecar_a.stop_with_log();
+    assert_eq!((code_a, code_b), (0, 0), "clean shutdowns");
+    assert_quiet("region A's sidecar", &log_a);
+    assert_quiet("region B's sidecar", &log_b);
+
+    // What the rule picks, from the table (each region committed its own events with their
+    // publish times): per user, the greater `<publish ms>:<origin cluster>` of its two rows
+    // at its newest event time.
+    let table = newest_rows_in_table(&format!("{table_url}/user_features"));
+    let expected: Vec<(i64, String)> = (0..ENTITIES)
+        .map(|entity| {
+            let rows = &table[&format!("user-{entity}")];
+            assert_eq!(rows.len(), 2, "user-{entity}: one row per region: {rows:?}");
+            rows.iter()
+                .map(|&(purchases, published)| {
+                    let region = usize::from(purchases >= 3 * OFFSET as i64);
+                    let tie = format!("{published:020}:{}", regions[region].cluster);
+                    (tie, purchases)
+                })
+                .max()
+                .map(|(tie, purchases)| (purchases, tie))
+                .expect("two rows")
+        })
+        .collect();
+    let newest_ms = |entity: u64| BASE + (EVENTS - ENTITIES + entity) as i64;
+
+    let redis_a_host = redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut reads = Vec::new();
+    for (name, host, url) in [
+        ("A", redis_a_host, redis_url()),
+        (
+            "B",
+            format!("127.0.0.1:{redis_b_port}"),
+            redis_b_url.clone(),
+        ),
+    ] {
+        let read = feast_read(&host, &feast_project, ENTITIES);
+        let ties = stored_ties(&url, &feast_project).await;
+        for (entity, (purchases, event_ms)) in read.iter().enumerate() {
+            let (want, tie) = &expected[entity];
+            assert_eq!(
+                (*purchases, *event_ms, &ties[entity]),
+                (*want, newest_ms(entity as u64), tie),
+                "region {name}, user-{entity}"
+            );
+        }
+        reads.push(read);
+    }
+    assert_eq!(reads[0], reads[1], "both regions read the same");
+    // Both regions' values occur among the winners (publish times decide, not the region).
+    let from_b = expected
+        .iter()
+        .filter(|(purchases, _)| *purchases >= 3 * OFFSET as i64)
+        .count();
+    eprintln!("ties won by region B's events: {from_b} of {ENTITIES}");
+    drop(redis_b);
+}
