@@ -78,18 +78,34 @@ impl SinkBuilder for DeltaSinkBuilder {
     }
 }
 
+/// How long start-up retries a table it cannot read before leaving it to the lane: another
+/// writer (a replica, another region's sidecar) may be creating it at this very moment.
+const OPEN_RETRY_FOR: Duration = Duration::from_secs(3);
+const OPEN_RETRY_DELAY: Duration = Duration::from_millis(300);
+
 async fn open_at_start(spec: &TableSpec) -> Result<Option<Table>, SinkError> {
-    match spec.open().await {
-        Ok((table, opened)) => {
-            tracing::info!(table = %table.url(), version = table.version(), ?opened, "offline table ready");
-            Ok(Some(table))
-        }
-        Err(TableError::Refused(why)) => Err(SinkError::fatal(format!(
-            "offline table: refusing to start: {why}"
-        ))),
-        Err(e) => {
-            tracing::warn!(error = %e, "offline table not readable yet; its lane keeps trying");
-            Ok(None)
+    let started = std::time::Instant::now();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match spec.open().await {
+            Ok((table, opened)) => {
+                tracing::info!(table = %table.url(), version = table.version(), ?opened, "offline table ready");
+                return Ok(Some(table));
+            }
+            Err(TableError::Refused(why)) => {
+                return Err(SinkError::fatal(format!(
+                    "offline table: refusing to start: {why}"
+                )))
+            }
+            Err(e) if started.elapsed() < OPEN_RETRY_FOR => {
+                tracing::debug!(error = %e, attempt, "offline table not readable yet; trying again");
+                tokio::time::sleep(OPEN_RETRY_DELAY).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "offline table not readable yet; its lane keeps trying");
+                return Ok(None);
+            }
         }
     }
 }

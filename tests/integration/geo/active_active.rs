@@ -75,7 +75,7 @@ async fn regions_converge_online_and_commit_every_event_once_offline() {
     let (code_a, log_a) = sidecar_a.stop_with_log();
     assert_eq!((code_a, code_b), (0, 0), "clean shutdowns");
     assert_quiet("region A's last sidecar", &log_a);
-    assert_quiet("region B's sidecar", &log_b);
+    assert_quiet_but_broker_retries("region B's sidecar", &log_b);
 
     // Online: Feast's SDK reads the same newest values in both regions.
     let redis_a_host = redis_url()

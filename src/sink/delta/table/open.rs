@@ -25,7 +25,8 @@ pub(crate) async fn load_snapshot(location: &TableLocation) -> Result<SnapshotRe
 }
 
 /// Whether the table's log has a commit (a listing of `_delta_log` only; used when the
-/// snapshot could not be loaded).
+/// snapshot could not be loaded). Only a commit file (`<20 digits>.json`) counts: another
+/// writer creating the table leaves a temporary file there first.
 pub(crate) async fn has_log(location: &TableLocation) -> Result<bool, TableError> {
     let log = StorePath::from("_delta_log");
     let mut listing = location.store.list(Some(&log));
@@ -34,11 +35,17 @@ pub(crate) async fn has_log(location: &TableLocation) -> Result<bool, TableError
             what: "listing the table's log",
             source: e.into(),
         })?;
-        if meta.location.as_ref().ends_with(".json") {
+        if meta.location.filename().is_some_and(is_commit_file) {
             return Ok(true);
         }
     }
     Ok(false)
+}
+
+/// Whether `name` is a Delta commit file: the version in 20 digits, then `.json`.
+fn is_commit_file(name: &str) -> bool {
+    name.strip_suffix(".json")
+        .is_some_and(|version| version.len() == 20 && version.bytes().all(|b| b.is_ascii_digit()))
 }
 
 pub(crate) async fn create(
@@ -164,4 +171,15 @@ pub(crate) async fn refuse_legacy_files(
         "{} holds {found} Parquet file(s) of the earlier offline format (no _delta_log): run `feature-connector offline upgrade --pipeline {pipeline}` to turn them into a Delta table (each row once, positions kept), or move them away",
         location.url
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_commit_files_make_a_log() {
+        assert!(super::is_commit_file("00000000000000000000.json"));
+        assert!(!super::is_commit_file(".tmp_00000000000000000000.json"));
+        assert!(!super::is_commit_file("_last_checkpoint"));
+        assert!(!super::is_commit_file("0.json"));
+    }
 }
