@@ -55,7 +55,9 @@ async fn regions_converge_online_and_commit_every_event_once_offline() {
     let sidecar_b = project_b.start_with_env("run-b.log", &[]);
     let producers = [
         produce(&project_a, 0, HALF, &["--rate", "8000"]),
-        produce(&project_b, HALF, HALF, &["--rate", "8000"]),
+        // Slower: region A's sidecar then reads only region B's copies for a few seconds
+        // (rollovers without rows), before region A's late events.
+        produce(&project_b, HALF, HALF, &["--rate", "5000"]),
     ];
     // Region A's sidecar dies three times while both regions produce.
     for round in 1..=3 {

@@ -5,13 +5,13 @@
 //! the rollover treats the messages on both sides as one unbroken run. A gap left by another
 //! writer's messages (a Failover hand-over) is not skipped by the source and still fences.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::rollover::AcceptedGap;
-use crate::sink::delta::table::positions::{commit_key, continues, WHOLE_ENTRY};
-use crate::sink::delta::{message_key, MessageKey};
+use crate::sink::delta::table::positions::{commit_key, continues, continues_key, WHOLE_ENTRY};
+use crate::sink::delta::{message_key, CommittedPositions, MessageKey};
 use crate::source::{MessagePosition, SkippedEntries};
 
 /// How long a "not skipped" answer stands before the same gap is asked about again.
@@ -57,6 +57,10 @@ pub struct GapBridge {
     bridged: HashSet<AcceptedGap>,
     /// Gaps the source did not vouch for, and when it was asked.
     refused: HashMap<AcceptedGap, Instant>,
+    /// Per partition, messages this sink let go without a commit (a rollover without rows,
+    /// e.g. only copies another region commits): what the table held then, and the commit key
+    /// of the last one. The next commit continues from there, not from the table's position.
+    released: HashMap<String, (Option<MessageKey>, MessageKey)>,
 }
 
 impl std::fmt::Debug for GapBridge {
@@ -80,6 +84,34 @@ impl GapBridge {
         &self.bridged
     }
 
+    /// Records that the messages up to `keys` (per partition) were let go without a commit
+    /// while the table held `held`.
+    pub fn released_without_commit(
+        &mut self,
+        held: &CommittedPositions,
+        keys: BTreeMap<String, MessageKey>,
+    ) {
+        for (partition, key) in keys {
+            let table = held.get(&partition);
+            if table.is_some_and(|t| key <= t) {
+                continue;
+            }
+            match self.released.get_mut(&partition) {
+                Some((since, through)) if *since == table => *through = (*through).max(key),
+                _ => {
+                    self.released.insert(partition, (table, key));
+                }
+            }
+        }
+    }
+
+    /// Whether `gap` is only messages this sink let go without a commit.
+    fn released_gap(&self, gap: &AcceptedGap) -> bool {
+        self.released
+            .get(&gap.0)
+            .is_some_and(|(since, through)| *since == Some(gap.1) && continues_key(*through, gap.2))
+    }
+
     /// Learns which of `gaps` (the rollover's, see [`super::rollover::Rollover::gaps`]) the
     /// source skipped: each gap is asked about once when skipped, at most every
     /// [`ASK_AGAIN_AFTER`] while not, in one request per partition. Without a probe, or when
@@ -88,6 +120,12 @@ impl GapBridge {
         let current: HashSet<&AcceptedGap> = gaps.iter().collect();
         self.bridged.retain(|gap| current.contains(gap));
         self.refused.retain(|gap, _| current.contains(gap));
+        for gap in gaps {
+            if !self.bridged.contains(gap) && self.released_gap(gap) {
+                tracing::debug!(partition = %gap.0, held = ?gap.1, next = ?gap.2, "the messages between were let go without rows; committing past them");
+                self.bridged.insert(gap.clone());
+            }
+        }
         let Some(probe) = self.probe.clone() else {
             return;
         };
@@ -193,5 +231,36 @@ mod tests {
             bridge.bridged().is_empty(),
             "gaps no longer there are forgotten"
         );
+    }
+
+    #[tokio::test]
+    async fn messages_let_go_without_rows_bridge_the_gap_they_leave() {
+        let mut bridge = GapBridge::default();
+        let mut held = CommittedPositions::default();
+        held.set("p", Some((7, 3, WHOLE_ENTRY)));
+        // Entries 4..=8 and the first two messages of entry 9 went without a commit.
+        bridge.released_without_commit(
+            &held,
+            BTreeMap::from([("p".to_string(), (7, 8, WHOLE_ENTRY))]),
+        );
+        bridge.released_without_commit(&held, BTreeMap::from([("p".to_string(), (7, 9, 1))]));
+        let after_release = ("p".to_string(), (7, 3, WHOLE_ENTRY), (7, 9, 2));
+        let further = ("p".to_string(), (7, 3, WHOLE_ENTRY), (7, 9, 3));
+        bridge
+            .learn(&[after_release.clone(), further.clone()])
+            .await;
+        assert!(bridge.bridged().contains(&after_release));
+        assert!(!bridge.bridged().contains(&further), "9:2 is missing");
+        // Once the table moved, what was let go before no longer bridges anything.
+        held.set("p", Some((7, 20, WHOLE_ENTRY)));
+        bridge.released_without_commit(
+            &held,
+            BTreeMap::from([("p".to_string(), (7, 21, WHOLE_ENTRY))]),
+        );
+        let old = ("p".to_string(), (7, 3, WHOLE_ENTRY), (7, 9, 2));
+        let mut fresh = GapBridge::default();
+        fresh.released = bridge.released.clone();
+        fresh.learn(&[old.clone()]).await;
+        assert!(!fresh.bridged().contains(&old));
     }
 }

@@ -69,6 +69,11 @@ impl DeltaSink {
                 self.stale = true;
             }
             if taken.rows() == 0 {
+                // Nothing to commit: the next commit continues after these messages.
+                if let Some(table) = self.table.as_ref() {
+                    self.bridge
+                        .released_without_commit(table.positions(), taken.commit_keys());
+                }
                 break taken;
             }
             let table = self

@@ -41,8 +41,13 @@ pub fn commit_key(position: &MessagePosition) -> MessageKey {
 /// Whether `next` is the message right after `held` (a commit key) in its partition: the
 /// next index of the same entry, or the first message of the next entry or of a newer ledger.
 pub fn continues(held: MessageKey, next: &MessagePosition) -> bool {
+    continues_key(held, message_key(next))
+}
+
+/// [`continues`] for the key of the next message.
+pub fn continues_key(held: MessageKey, next: MessageKey) -> bool {
     let (ledger, entry, index) = held;
-    let (next_ledger, next_entry, next_index) = message_key(next);
+    let (next_ledger, next_entry, next_index) = next;
     if index == WHOLE_ENTRY || index < 0 {
         let first_of_entry = next_index <= 0;
         first_of_entry
