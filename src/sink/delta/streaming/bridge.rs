@@ -258,9 +258,11 @@ mod tests {
             BTreeMap::from([("p".to_string(), (7, 21, WHOLE_ENTRY))]),
         );
         let old = ("p".to_string(), (7, 3, WHOLE_ENTRY), (7, 9, 2));
-        let mut fresh = GapBridge::default();
-        fresh.released = bridge.released.clone();
-        fresh.learn(&[old.clone()]).await;
+        let mut fresh = GapBridge {
+            released: bridge.released.clone(),
+            ..GapBridge::default()
+        };
+        fresh.learn(std::slice::from_ref(&old)).await;
         assert!(!fresh.bridged().contains(&old));
     }
 }
