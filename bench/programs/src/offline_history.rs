@@ -96,6 +96,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     topic: format!("{topic}-partition-{partition}").into(),
                     offset: (1, entry[partition], -1),
                     entry_size: None,
+                    origin: None,
                 }
             })
             .collect();
