@@ -54,6 +54,14 @@ pub struct Pacer {
 }
 
 impl Pacer {
+    /// The same pacer, starting now.
+    pub fn restarted(self) -> Self {
+        Self {
+            started: Instant::now(),
+            ..self
+        }
+    }
+
     /// A pacer starting now.
     pub fn new(phases: &[Phase]) -> Self {
         let mut first = 0;

@@ -74,6 +74,10 @@ pub struct ProduceArgs {
     /// replaces `--count`.
     #[arg(long)]
     rate_schedule: Option<String>,
+    /// Send the first event at this wall-clock time (epoch ms), once the producers are
+    /// connected: producers in different processes (e.g. one per region) then start together.
+    #[arg(long)]
+    start_at: Option<i64>,
 }
 
 /// Most events sent but not yet confirmed by the broker, per producer.
@@ -227,6 +231,14 @@ async fn publish(
         lanes.push(tx);
         senders.spawn(send_all(producer, rx, args.batch > 0));
     }
+    if let Some(at) = args.start_at {
+        let wait_ms = at - chrono::Utc::now().timestamp_millis();
+        if wait_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(wait_ms.unsigned_abs())).await;
+        }
+    }
+    // Paced from the first send, not from start-up.
+    let pacer = pacer.map(pacing::Pacer::restarted);
     let started = Instant::now();
     let key_field = pipeline.entity_keys.first().cloned().unwrap_or_default();
     let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&schema.avro)

@@ -20,9 +20,17 @@ const EVENTS: u64 = 5_000;
 /// A's event `i` (`OFFSET % ENTITIES == 0`) and another value.
 const OFFSET: u64 = 1_000_000;
 
-fn produce(project: &Project, start: u64, base_ms: i64) -> std::thread::JoinHandle<()> {
+/// Runs `produce` from `start` with `base_ms`, sending its first event at `at` (epoch ms) at
+/// 2,000 events/s: the two regions' producers send each tie pair within a few milliseconds
+/// of each other, less than replication takes, so each region receives its own event of a
+/// pair first.
+fn produce(project: &Project, start: u64, base_ms: i64, at: i64) -> std::thread::JoinHandle<()> {
     let project_dir = project.path().to_path_buf();
     let args: Vec<String> = vec![
+        "--start-at".into(),
+        at.to_string(),
+        "--rate".into(),
+        "2000".into(),
         "--start".into(),
         start.to_string(),
         "--count".into(),
@@ -73,7 +81,11 @@ for user, et, purchases, published in zip(
         newest[user] = (et, [[purchases, published // 1000]])
     elif et == at:
         rows.append([purchases, published // 1000])
-print(json.dumps({user: rows for user, (_, rows) in newest.items()}))
+print(json.dumps({user: rows for user, (_, rows) in newest.items()}), flush=True)
+# Skip the interpreter's teardown: native threads left by the readers can abort it
+# ("terminate called without an active exception") after the answer is out.
+import os
+os._exit(0)
 "#;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new(crate::offline::delta_python())
@@ -146,9 +158,11 @@ async fn equal_event_times_in_both_regions_end_with_the_same_value_everywhere() 
 
     let sidecar_a = project_a.start_with_env("run-a.log", &[]);
     let sidecar_b = project_b.start_with_env("run-b.log", &[]);
+    // Both producers connect, then send their first event at the same moment.
+    let at = chrono::Utc::now().timestamp_millis() + 3_000;
     let producers = [
-        produce(&project_a, 0, BASE),
-        produce(&project_b, OFFSET, BASE - OFFSET as i64),
+        produce(&project_a, 0, BASE, at),
+        produce(&project_b, OFFSET, BASE - OFFSET as i64, at),
     ];
     for producer in producers {
         producer.join().expect("producer thread");
