@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::{Array, Int64Array};
 
@@ -316,5 +316,76 @@ async fn commit_latency_with_and_without_markers() {
         "with markers, not asking: {}; WARN lines: {}",
         blind.summary(),
         loud_lines(&blind.log).len()
+    );
+}
+
+/// Messages the broker expires (a TTL, or `expire-messages` as here) are acknowledged in the
+/// subscription's cursor: the gap they leave is committed past at once, without a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_messages_do_not_hold_commits_back() {
+    const BASE: i64 = 1_794_000_000_000;
+    let project = Project::new(&redis_url());
+    let url = local_offline_url(&project);
+    project.pipeline(
+        "expiry",
+        "online:\n  enabled: false",
+        &format!("offline:\n  url: {url}\n  rollover_interval: 1s"),
+    );
+    let produce = |start: u64| {
+        project.produce_with(
+            "expiry",
+            &[
+                "--start",
+                &start.to_string(),
+                "--count",
+                "100",
+                "--entities",
+                "10",
+                "--base-ms",
+                &BASE.to_string(),
+            ],
+        )
+    };
+    // 100 events committed, then 100 that will expire and 100 that will not.
+    produce(0);
+    let connector = project.start_with_env("run-1.log", &[]);
+    wait_drained(&project.topic, &["expiry"], Duration::from_secs(60)).await;
+    assert_eq!(connector.stop(), 0);
+    assert_eq!(unique_events(&url, "expiry").await, 100);
+    produce(100);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    produce(200);
+    let expire = reqwest::Client::new().post(topic_admin_url(
+        &project.topic,
+        "subscription/expiry/expireMessages/2",
+    ));
+    admin_ok(expire, "expire the messages older than 2 s").await;
+    wait_until(
+        "the expired messages to leave the backlog",
+        Duration::from_secs(30),
+        || async { backlog(&project.topic, "expiry").await == Some(100) },
+    )
+    .await;
+
+    let started = Instant::now();
+    let connector = project.start_with_env("run-2.log", &[]);
+    wait_until(
+        "the events after the expired ones in the table",
+        Duration::from_secs(60),
+        || async { unique_events(&url, "expiry").await == 200 },
+    )
+    .await;
+    let took = started.elapsed();
+    let (code, log) = connector.stop_with_log();
+    assert_eq!(code, 0);
+    assert_quiet("the connector after the expiry", &log);
+    assert!(
+        took < Duration::from_secs(8),
+        "the gap of expired messages held the commit for {took:?} (the grace is 10 s)"
+    );
+    assert_eq!(
+        unique_events(&url, "expiry").await,
+        200,
+        "events 100..200 expired"
     );
 }
