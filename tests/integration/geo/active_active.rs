@@ -24,40 +24,17 @@ fn newest(entity: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regions_converge_online_and_commit_every_event_once_offline() {
-    let regions = regions();
-    let topic = replicated_topic(&regions, 4).await;
-    let feast_project = unique("fcgeo").replace('-', "_");
-    let table_url = s3_url(&unique("geo-table"));
-    let own = "    offline: own_region\n";
-    let project_a = region_project(
-        &regions[0],
-        &redis_url(),
-        &topic,
-        own,
-        &table_url,
-        &feast_project,
-    );
-    let redis_b_port = free_port();
-    let redis_b_url = format!("redis://127.0.0.1:{redis_b_port}");
-    let redis_b = PrivateRedis::start(redis_b_port, project_a.path())
-        .ready(&redis_b_url)
-        .await;
-    let project_b = region_project(
-        &regions[1],
-        &redis_b_url,
-        &topic,
-        own,
-        &table_url,
-        &feast_project,
-    );
+    let geo = TwoRegions::new(4, "    offline: own_region\n").await;
+    let (regions, topic) = (&geo.regions, &geo.topic);
+    let (project_a, project_b) = (&geo.a, &geo.b);
 
     let mut sidecar_a = project_a.start_with_env("run-a-0.log", &[]);
     let sidecar_b = project_b.start_with_env("run-b.log", &[]);
     let producers = [
-        produce(&project_a, 0, HALF, &["--rate", "8000"]),
+        produce(project_a, 0, HALF, &["--rate", "8000"]),
         // Slower: region A's sidecar then reads only region B's copies for a few seconds
         // (rollovers without rows), before region A's late events.
-        produce(&project_b, HALF, HALF, &["--rate", "5000"]),
+        produce(project_b, HALF, HALF, &["--rate", "5000"]),
     ];
     // Region A's sidecar dies three times while both regions produce.
     for round in 1..=3 {
@@ -69,10 +46,10 @@ async fn regions_converge_online_and_commit_every_event_once_offline() {
     for producer in producers {
         producer.join().expect("producer thread");
     }
-    produce(&project_a, 2 * HALF, LATE, &[])
+    produce(project_a, 2 * HALF, LATE, &[])
         .join()
         .expect("late producer");
-    wait_drained_everywhere(&regions, &topic, "user_features", Duration::from_secs(180)).await;
+    wait_drained_everywhere(regions, topic, "user_features", Duration::from_secs(180)).await;
     let (code_b, log_b) = sidecar_b.stop_with_log();
     let (code_a, log_a) = sidecar_a.stop_with_log();
     assert_eq!((code_a, code_b), (0, 0), "clean shutdowns");
@@ -80,15 +57,8 @@ async fn regions_converge_online_and_commit_every_event_once_offline() {
     assert_quiet_but_broker_retries("region B's sidecar", &log_b);
 
     // Online: Feast's SDK reads the same newest values in both regions.
-    let redis_a_host = redis_url()
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .to_string();
-    for (name, host) in [
-        ("A", redis_a_host),
-        ("B", format!("127.0.0.1:{redis_b_port}")),
-    ] {
-        let read = feast_read(&host, &feast_project, ENTITIES);
+    for (name, host) in ["A", "B"].into_iter().zip(geo.redis_hosts()) {
+        let read = feast_read(&host, &geo.feast_project, ENTITIES);
         for (entity, (purchases, event_ms)) in read.iter().enumerate() {
             let i = newest(entity as u64);
             assert_eq!(
@@ -98,15 +68,8 @@ async fn regions_converge_online_and_commit_every_event_once_offline() {
             );
         }
     }
-    drop(redis_b);
 
     // Offline: every event once, whichever region it was produced in.
     let total = 2 * HALF + LATE;
-    let read = crate::offline::read_with("deltalake", &format!("{table_url}/user_features"));
-    assert_eq!(read["rows"], json!(total), "rows in the table: {read}");
-    assert_eq!(
-        read["distinct_keys"],
-        json!(total),
-        "distinct (user, event time): {read}"
-    );
+    geo.assert_table_holds_once(total);
 }

@@ -184,21 +184,28 @@ pub fn produce(
     count: u64,
     extra: &[&str],
 ) -> std::thread::JoinHandle<()> {
-    let project_dir = project.path().to_path_buf();
-    let mut args: Vec<String> = vec![
-        "--start".into(),
-        start.to_string(),
-        "--count".into(),
-        count.to_string(),
-        "--entities".into(),
-        ENTITIES.to_string(),
-        "--base-ms".into(),
-        BASE.to_string(),
-        "--batch".into(),
-        "100".into(),
-        "--shuffle".into(),
-    ];
+    let mut args: Vec<String> = [
+        "--start",
+        &start.to_string(),
+        "--count",
+        &count.to_string(),
+        "--entities",
+        &ENTITIES.to_string(),
+        "--base-ms",
+        &BASE.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     args.extend(extra.iter().map(|s| s.to_string()));
+    produce_with(project, args)
+}
+
+/// Runs `produce --pipeline user_features` on `project`'s cluster in a thread with `args`
+/// (and `--batch 100 --shuffle`); the thread asserts it succeeded.
+pub fn produce_with(project: &Project, mut args: Vec<String>) -> std::thread::JoinHandle<()> {
+    let project_dir = project.path().to_path_buf();
+    args.extend(["--batch", "100", "--shuffle"].map(String::from));
     std::thread::spawn(move || {
         let output = Command::new(env!("CARGO_BIN_EXE_feature-connector"))
             .args(["produce", "--pipeline", "user_features"])
@@ -215,6 +222,86 @@ pub fn produce(
             String::from_utf8_lossy(&output.stderr)
         );
     })
+}
+
+/// Two regions with a sidecar project each on one replicated topic: region A on the main
+/// Redis, region B on a Redis of its own; one shared table on S3; Feast layout.
+pub struct TwoRegions {
+    pub regions: [Region; 2],
+    pub topic: String,
+    pub feast_project: String,
+    pub table_url: String,
+    pub a: Project,
+    pub b: Project,
+    /// Region B's Redis (`redis://127.0.0.1:<port>`), stopped on drop.
+    pub redis_b_url: String,
+    pub redis_b_port: u16,
+    _redis_b: PrivateRedis,
+}
+
+impl TwoRegions {
+    /// Both regions on a new topic of `partitions` partitions, each with the `replication`
+    /// lines (below `cluster:`) in its service file.
+    pub async fn new(partitions: u32, replication: &str) -> Self {
+        let regions = regions();
+        let topic = replicated_topic(&regions, partitions).await;
+        let feast_project = unique("fcgeo").replace('-', "_");
+        let table_url = s3_url(&unique("geo-table"));
+        let a = region_project(
+            &regions[0],
+            &redis_url(),
+            &topic,
+            replication,
+            &table_url,
+            &feast_project,
+        );
+        let redis_b_port = free_port();
+        let redis_b_url = format!("redis://127.0.0.1:{redis_b_port}");
+        let redis_b = PrivateRedis::start(redis_b_port, a.path())
+            .ready(&redis_b_url)
+            .await;
+        let b = region_project(
+            &regions[1],
+            &redis_b_url,
+            &topic,
+            replication,
+            &table_url,
+            &feast_project,
+        );
+        Self {
+            regions,
+            topic,
+            feast_project,
+            table_url,
+            a,
+            b,
+            redis_b_url,
+            redis_b_port,
+            _redis_b: redis_b,
+        }
+    }
+
+    /// The shared table holds `total` rows, each (user, event time) once (read by the Python
+    /// `deltalake` package).
+    pub fn assert_table_holds_once(&self, total: u64) {
+        let table = format!("{}/user_features", self.table_url);
+        let read = crate::offline::read_with("deltalake", &table);
+        assert_eq!(read["rows"], json!(total), "rows in the table: {read}");
+        assert_eq!(
+            read["distinct_keys"],
+            json!(total),
+            "distinct (user, event time): {read}"
+        );
+    }
+
+    /// `host:port` of each region's Redis, for Feast's SDK.
+    pub fn redis_hosts(&self) -> [String; 2] {
+        let a = redis_url()
+            .trim_start_matches("redis://")
+            .trim_end_matches('/')
+            .to_string();
+        [a, format!("127.0.0.1:{}", self.redis_b_port)]
+    }
 }
 
 /// [`assert_quiet`] for a sidecar against cluster-b, except pulsar-rs's retries of a subscribe

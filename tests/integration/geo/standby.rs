@@ -12,39 +12,20 @@ const IN_B: u64 = 10_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standby_takes_over_from_the_replicated_position_without_duplicates() {
-    let regions = regions();
-    let topic = replicated_topic(&regions, 2).await;
-    let feast_project = unique("fcgeo").replace('-', "_");
-    let table_url = s3_url(&unique("geo-standby"));
-    let standby = "    offline: all_regions\n    replicated_subscriptions: true\n";
-    let project_a = region_project(
-        &regions[0],
-        &redis_url(),
-        &topic,
-        standby,
-        &table_url,
-        &feast_project,
-    );
-    let redis_b_port = free_port();
-    let redis_b_url = format!("redis://127.0.0.1:{redis_b_port}");
-    let redis_b = PrivateRedis::start(redis_b_port, project_a.path())
-        .ready(&redis_b_url)
-        .await;
-    let project_b = region_project(
-        &regions[1],
-        &redis_b_url,
-        &topic,
-        standby,
-        &table_url,
-        &feast_project,
-    );
+    let geo = TwoRegions::new(
+        2,
+        "    offline: all_regions\n    replicated_subscriptions: true\n",
+    )
+    .await;
+    let (regions, topic) = (&geo.regions, &geo.topic);
+    let (project_a, project_b) = (&geo.a, &geo.b);
 
     // The standby region's subscription exists, replicated, before the active one consumes
     // (a replicated subscription's position reaches only clusters where it exists).
     let request = reqwest::Client::new()
         .put(format!(
             "{}?replicated=true",
-            admin_url_at(&regions[1].admin, &topic, "subscription/user_features")
+            admin_url_at(&regions[1].admin, topic, "subscription/user_features")
         ))
         .header("content-type", "application/json")
         .body(r#"{"entryId": -1, "ledgerId": -1, "partitionIndex": -1}"#);
@@ -52,7 +33,7 @@ async fn standby_takes_over_from_the_replicated_position_without_duplicates() {
 
     // Region A: its sidecar consumes a steady stream and is SIGKILLed in the middle of it.
     let active = project_a.start_with_env("run-a.log", &[]);
-    let producer = produce(&project_a, 0, IN_A, &["--rate", "4000"]);
+    let producer = produce(project_a, 0, IN_A, &["--rate", "4000"]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     active.kill_hard();
     let log_a = std::fs::read_to_string(project_a.path().join("run-a.log")).expect("A's log");
@@ -61,7 +42,7 @@ async fn standby_takes_over_from_the_replicated_position_without_duplicates() {
     // The subscription exists in region B at the position A's acknowledgements replicated
     // (snapshots every second), not at the start of the topic.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let b_backlog = backlog_at(&regions[1].admin, &topic, "user_features").await;
+    let b_backlog = backlog_at(&regions[1].admin, topic, "user_features").await;
     assert!(
         b_backlog.is_some_and(|backlog| backlog < IN_A),
         "region B's replicated subscription: backlog {b_backlog:?} of {IN_A} events"
@@ -69,12 +50,12 @@ async fn standby_takes_over_from_the_replicated_position_without_duplicates() {
 
     // Region B takes over; producers now write there too.
     let standby_sidecar = project_b.start_with_env("run-b.log", &[]);
-    produce(&project_b, IN_A, IN_B, &[])
+    produce(project_b, IN_A, IN_B, &[])
         .join()
         .expect("producer in B");
     wait_drained_everywhere(
         &regions[1..],
-        &topic,
+        topic,
         "user_features",
         Duration::from_secs(120),
     )
@@ -100,20 +81,10 @@ async fn standby_takes_over_from_the_replicated_position_without_duplicates() {
 
     // Nothing lost, nothing twice.
     let total = IN_A + IN_B;
-    let read = crate::offline::read_with("deltalake", &format!("{table_url}/user_features"));
-    assert_eq!(read["rows"], json!(total), "rows in the table: {read}");
-    assert_eq!(
-        read["distinct_keys"],
-        json!(total),
-        "distinct (user, event time): {read}"
-    );
+    geo.assert_table_holds_once(total);
 
     // Region B's Redis holds every entity's newest event.
-    let read = feast_read(
-        &format!("127.0.0.1:{redis_b_port}"),
-        &feast_project,
-        ENTITIES,
-    );
+    let read = feast_read(&geo.redis_hosts()[1], &geo.feast_project, ENTITIES);
     for (entity, (purchases, event_ms)) in read.iter().enumerate() {
         let i = total - ENTITIES + entity as u64;
         assert_eq!(
@@ -122,5 +93,4 @@ async fn standby_takes_over_from_the_replicated_position_without_duplicates() {
             "user-{entity} in region B"
         );
     }
-    drop(redis_b);
 }

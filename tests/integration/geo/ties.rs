@@ -25,9 +25,8 @@ const OFFSET: u64 = 1_000_000;
 /// of each other, less than replication takes, so each region receives its own event of a
 /// pair first.
 fn produce(project: &Project, start: u64, base_ms: i64, at: i64) -> std::thread::JoinHandle<()> {
-    let project_dir = project.path().to_path_buf();
-    let args: Vec<String> = vec![
-        "--start-at".into(),
+    let args = [
+        "--start-at".to_string(),
         at.to_string(),
         "--rate".into(),
         "2000".into(),
@@ -39,26 +38,8 @@ fn produce(project: &Project, start: u64, base_ms: i64, at: i64) -> std::thread:
         ENTITIES.to_string(),
         "--base-ms".into(),
         base_ms.to_string(),
-        "--batch".into(),
-        "100".into(),
-        "--shuffle".into(),
     ];
-    std::thread::spawn(move || {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_feature-connector"))
-            .args(["produce", "--pipeline", "user_features"])
-            .args(&args)
-            .arg("--root")
-            .arg(&project_dir)
-            .arg("--config")
-            .arg(project_dir.join("config.yaml"))
-            .output()
-            .expect("run produce");
-        assert!(
-            output.status.success(),
-            "produce: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    })
+    produce_with(project, args.to_vec())
 }
 
 /// Per user of the table, its rows at its newest event time: `(purchases_30d, publish ms)`.
@@ -129,45 +110,22 @@ async fn stored_ties(url: &str, feast_project: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equal_event_times_in_both_regions_end_with_the_same_value_everywhere() {
     const _: () = assert!(OFFSET.is_multiple_of(ENTITIES));
-    let regions = regions();
-    let topic = replicated_topic(&regions, 4).await;
-    let feast_project = unique("fcties").replace('-', "_");
-    let table_url = s3_url(&unique("ties-table"));
-    let own = "    offline: own_region\n";
-    let project_a = region_project(
-        &regions[0],
-        &redis_url(),
-        &topic,
-        own,
-        &table_url,
-        &feast_project,
-    );
-    let redis_b_port = free_port();
-    let redis_b_url = format!("redis://127.0.0.1:{redis_b_port}");
-    let redis_b = PrivateRedis::start(redis_b_port, project_a.path())
-        .ready(&redis_b_url)
-        .await;
-    let project_b = region_project(
-        &regions[1],
-        &redis_b_url,
-        &topic,
-        own,
-        &table_url,
-        &feast_project,
-    );
+    let geo = TwoRegions::new(4, "    offline: own_region\n").await;
+    let (regions, topic) = (&geo.regions, &geo.topic);
+    let (project_a, project_b) = (&geo.a, &geo.b);
 
     let sidecar_a = project_a.start_with_env("run-a.log", &[]);
     let sidecar_b = project_b.start_with_env("run-b.log", &[]);
     // Both producers connect, then send their first event at the same moment.
     let at = chrono::Utc::now().timestamp_millis() + 3_000;
     let producers = [
-        produce(&project_a, 0, BASE, at),
-        produce(&project_b, OFFSET, BASE - OFFSET as i64, at),
+        produce(project_a, 0, BASE, at),
+        produce(project_b, OFFSET, BASE - OFFSET as i64, at),
     ];
     for producer in producers {
         producer.join().expect("producer thread");
     }
-    wait_drained_everywhere(&regions, &topic, "user_features", Duration::from_secs(180)).await;
+    wait_drained_everywhere(regions, topic, "user_features", Duration::from_secs(180)).await;
     let (code_b, log_b) = sidecar_b.stop_with_log();
     let (code_a, log_a) = sidecar_a.stop_with_log();
     assert_eq!((code_a, code_b), (0, 0), "clean shutdowns");
@@ -177,7 +135,7 @@ async fn equal_event_times_in_both_regions_end_with_the_same_value_everywhere() 
     // What the rule picks, from the table (each region committed its own events with their
     // publish times): per user, the greater `<publish ms>:<origin cluster>` of its two rows
     // at its newest event time.
-    let table = newest_rows_in_table(&format!("{table_url}/user_features"));
+    let table = newest_rows_in_table(&format!("{}/user_features", geo.table_url));
     let expected: Vec<(i64, String)> = (0..ENTITIES)
         .map(|entity| {
             let rows = &table[&format!("user-{entity}")];
@@ -195,21 +153,11 @@ async fn equal_event_times_in_both_regions_end_with_the_same_value_everywhere() 
         .collect();
     let newest_ms = |entity: u64| BASE + (EVENTS - ENTITIES + entity) as i64;
 
-    let redis_a_host = redis_url()
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .to_string();
     let mut reads = Vec::new();
-    for (name, host, url) in [
-        ("A", redis_a_host, redis_url()),
-        (
-            "B",
-            format!("127.0.0.1:{redis_b_port}"),
-            redis_b_url.clone(),
-        ),
-    ] {
-        let read = feast_read(&host, &feast_project, ENTITIES);
-        let ties = stored_ties(&url, &feast_project).await;
+    let urls = [redis_url(), geo.redis_b_url.clone()];
+    for ((name, host), url) in ["A", "B"].into_iter().zip(geo.redis_hosts()).zip(urls) {
+        let read = feast_read(&host, &geo.feast_project, ENTITIES);
+        let ties = stored_ties(&url, &geo.feast_project).await;
         for (entity, (purchases, event_ms)) in read.iter().enumerate() {
             let (want, tie) = &expected[entity];
             assert_eq!(
@@ -227,5 +175,4 @@ async fn equal_event_times_in_both_regions_end_with_the_same_value_everywhere() 
         .filter(|(purchases, _)| *purchases >= 3 * OFFSET as i64)
         .count();
     eprintln!("ties won by region B's events: {from_b} of {ENTITIES}");
-    drop(redis_b);
 }
