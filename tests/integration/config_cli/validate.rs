@@ -354,3 +354,41 @@ fn a_field_named_like_an_offline_table_column() {
         "{stderr}"
     );
 }
+
+/// `pulsar.replication`: a misspelt key, an unknown mode and a cluster name that cannot be
+/// one are each named with their line (or key), exit 2.
+#[test]
+fn replication_section_problems() {
+    for (lines, location, words) in [
+        (
+            "  replication:\n    cluster: eu\n    offlin: own_region\n",
+            "config.yaml:6: key `offlin`",
+            "did you mean `offline`",
+        ),
+        (
+            "  replication:\n    cluster: eu\n    offline: everywhere\n",
+            "config.yaml:6: key `offline`",
+            "own_region",
+        ),
+        (
+            "  replication:\n    cluster: eu/west\n",
+            "key `pulsar.replication.cluster`",
+            "not a cluster name",
+        ),
+    ] {
+        let project = Project::new(&redis_url());
+        std::fs::write(project.path().join("connectors/p.yaml"), GOOD).expect("write");
+        project.pulsar_section(&pulsar_url(), &pulsar_admin(), lines);
+        let output = project.validate();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{lines}: {stderr}");
+        assert!(
+            stderr.contains(location),
+            "{lines}: expected {location:?} in:\n{stderr}"
+        );
+        assert!(
+            stderr.contains(words),
+            "{lines}: expected {words:?} in:\n{stderr}"
+        );
+    }
+}
