@@ -39,18 +39,29 @@ pub struct ReplicationConfig {
 impl ReplicationConfig {
     /// Problems serde cannot see.
     pub fn check(&self, file: &Path) -> Vec<ConfigIssue> {
+        let mut issues = Vec::new();
         let name = self.cluster.trim();
         if name.is_empty() || name != self.cluster || name.contains('/') {
-            return vec![ConfigIssue::at_key(
+            issues.push(ConfigIssue::at_key(
                 file,
                 "pulsar.replication.cluster",
                 format!(
                     "`{}` is not a cluster name; write the brokers' clusterName (no spaces or `/`)",
                     self.cluster
                 ),
-            )];
+            ));
         }
-        Vec::new()
+        if self.replicated_subscriptions && self.offline == OfflineOrigins::OwnRegion {
+            // Every region's sidecar runs in active/active: a replicated subscription would
+            // let one region's acknowledgements move the others' past events their own
+            // sidecars have not committed yet.
+            issues.push(ConfigIssue::at_key(
+                file,
+                "pulsar.replication.replicated_subscriptions",
+                "replicated subscriptions are for active/standby (`offline: all_regions`, one                  sidecar running); with `offline: own_region` every region's sidecar runs and                  each would acknowledge the others' events",
+            ));
+        }
+        issues
     }
 }
 
@@ -164,7 +175,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cluster_name_is_checked() {
+    fn the_cluster_name_and_the_mode_are_checked() {
         let bad = ReplicationConfig {
             cluster: "us/east".into(),
             offline: OfflineOrigins::OwnRegion,
@@ -172,5 +183,15 @@ mod tests {
         };
         let issues = bad.check(Path::new("service.yaml"));
         assert_eq!(issues[0].key.as_deref(), Some("pulsar.replication.cluster"));
+        let mixed = ReplicationConfig {
+            cluster: "eu".into(),
+            offline: OfflineOrigins::OwnRegion,
+            replicated_subscriptions: true,
+        };
+        let issues = mixed.check(Path::new("service.yaml"));
+        assert_eq!(
+            issues[0].key.as_deref(),
+            Some("pulsar.replication.replicated_subscriptions")
+        );
     }
 }

@@ -375,6 +375,11 @@ fn replication_section_problems() {
             "key `pulsar.replication.cluster`",
             "not a cluster name",
         ),
+        (
+            "  replication:\n    cluster: eu\n    replicated_subscriptions: true\n",
+            "key `pulsar.replication.replicated_subscriptions`",
+            "replicated subscriptions are for active/standby",
+        ),
     ] {
         let project = Project::new(&redis_url());
         std::fs::write(project.path().join("connectors/p.yaml"), GOOD).expect("write");
