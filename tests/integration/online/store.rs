@@ -257,12 +257,38 @@ async fn redis_crash_mid_stream_loses_nothing() {
         ),
     )
     .expect("pipeline");
-    project.produce("crash", EVENTS, ENTITIES, BASE, 0);
     let mut connector = project.start();
+    // Events keep coming while Redis dies (4,000/s for 5 s): a connector that drained a
+    // ready backlog before the test's first look could otherwise finish before the crash.
+    let (events, entities, base) = (EVENTS.to_string(), ENTITIES.to_string(), BASE.to_string());
+    let mut producer = project
+        .command_with_env(
+            &[
+                "produce",
+                "--pipeline",
+                "crash",
+                "--count",
+                &events,
+                "--entities",
+                &entities,
+                "--base-ms",
+                &base,
+                "--rate",
+                "4000",
+            ],
+            &[],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start produce");
     let topic = project.topic.clone();
     wait_until("some progress", Duration::from_secs(60), || {
         let topic = topic.clone();
-        async move { backlog(&topic, "crash").await.is_some_and(|b| b < EVENTS) }
+        async move {
+            backlog(&topic, "crash").await.is_some()
+                && acknowledged_prefix(&topic, "crash").await > 0
+        }
     })
     .await;
     server.kill();
@@ -295,6 +321,8 @@ async fn redis_crash_mid_stream_loses_nothing() {
     }
     println!("Redis crash: {acked} of {EVENTS} acknowledged before it, all of them in Redis");
 
+    let produced = producer.wait().expect("produce ran");
+    assert!(produced.success(), "produce failed: {produced}");
     let connector = project.start();
     wait_drained(&topic, &["crash"], Duration::from_secs(90)).await;
     assert_eq!(connector.stop(), 0);
