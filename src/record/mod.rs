@@ -1,6 +1,6 @@
 //! Decoded rows as they travel to the sinks: an Arrow batch plus the messages behind it.
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{
     DataType, Int64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
     TimestampNanosecondType, TimestampSecondType,
@@ -62,6 +62,23 @@ impl RowLayout {
         columns.extend(self.features.iter().cloned());
         columns
     }
+}
+
+/// Drops the rows whose message (`row_messages[row]`, an index into the batch's messages)
+/// `keep` refuses; the messages themselves stay. Returns how many rows went.
+pub fn drop_rows(
+    rows: &mut RecordBatch,
+    row_messages: &mut Vec<usize>,
+    keep: impl Fn(usize) -> bool,
+) -> Result<usize, arrow::error::ArrowError> {
+    let row_keep: Vec<bool> = row_messages.iter().map(|&m| keep(m)).collect();
+    let dropped = row_keep.iter().filter(|k| !**k).count();
+    if dropped > 0 {
+        *rows = arrow::compute::filter_record_batch(rows, &BooleanArray::from(row_keep.clone()))?;
+        let mut flags = row_keep.iter();
+        row_messages.retain(|_| *flags.next().unwrap_or(&false));
+    }
+    Ok(dropped)
 }
 
 /// Event time of `row` in epoch milliseconds, from a `long` (millis) or timestamp column.

@@ -16,24 +16,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::BooleanArray;
 use arrow::error::ArrowError;
 
-use crate::record::RowBatch;
+use crate::record::{drop_rows, RowBatch};
+use crate::sink::delta::table::positions::commit_key_at;
+#[cfg(test)]
 use crate::sink::delta::table::positions::WHOLE_ENTRY;
 use crate::sink::delta::{CommittedPositions, MessageKey};
-use crate::source::{MessagePosition, Origin};
-
-/// The key a commit records for a copy's origin (as [`super::super::table::positions::commit_key`]
-/// does for the stream it came from).
-fn origin_commit_key(position: &MessagePosition, offset: MessageKey) -> MessageKey {
-    let (ledger, entry, index) = offset;
-    if position.completes_entry() {
-        (ledger, entry, WHOLE_ENTRY)
-    } else {
-        (ledger, entry, index)
-    }
-}
+use crate::source::{same_stream, MessagePosition, Origin};
 
 /// The origin of a copy whose origin offset is known.
 fn known_origin(position: &MessagePosition) -> Option<(&Arc<Origin>, MessageKey)> {
@@ -53,10 +43,7 @@ pub fn held_at_origin(position: &MessagePosition, held: &CommittedPositions) -> 
 pub fn origin_streams<'a>(positions: impl Iterator<Item = &'a MessagePosition>) -> Vec<Arc<str>> {
     let mut streams: Vec<Arc<str>> = Vec::new();
     for (origin, _) in positions.filter_map(known_origin) {
-        if !streams
-            .iter()
-            .any(|s| Arc::ptr_eq(s, &origin.stream) || *s == origin.stream)
-        {
+        if !streams.iter().any(|s| same_stream(s, &origin.stream)) {
             streams.push(origin.stream.clone());
         }
     }
@@ -72,7 +59,7 @@ pub fn origin_commit_keys<'a>(
         let Some((origin, offset)) = known_origin(position) else {
             continue;
         };
-        let key = origin_commit_key(position, offset);
+        let key = commit_key_at(position, offset);
         match keys.get_mut(origin.stream.as_ref()) {
             Some(newest) => *newest = (*newest).max(key),
             None => {
@@ -86,22 +73,10 @@ pub fn origin_commit_keys<'a>(
 /// `batch` without the rows of copies (their messages stay, to be acknowledged); returns
 /// how many rows went.
 pub fn drop_copies(batch: &mut RowBatch) -> Result<usize, ArrowError> {
-    let keep: Vec<bool> = batch
-        .row_positions
-        .iter()
-        .map(|&m| batch.positions.get(m).is_none_or(|p| p.origin.is_none()))
-        .collect();
-    let dropped = keep.iter().filter(|k| !**k).count();
-    if dropped == 0 {
-        return Ok(0);
-    }
-    batch.rows =
-        arrow::compute::filter_record_batch(&batch.rows, &BooleanArray::from(keep.clone()))?;
-    let mut flags = keep.iter();
-    batch
-        .row_positions
-        .retain(|_| *flags.next().unwrap_or(&false));
-    Ok(dropped)
+    let positions = &batch.positions;
+    drop_rows(&mut batch.rows, &mut batch.row_positions, |m| {
+        positions.get(m).is_none_or(|p| p.origin.is_none())
+    })
 }
 
 #[cfg(test)]

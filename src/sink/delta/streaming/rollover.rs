@@ -24,6 +24,7 @@ use arrow::error::ArrowError;
 
 use super::bridge::walk;
 use super::origins::{held_at_origin, origin_commit_keys, origin_streams};
+use crate::record::drop_rows;
 use crate::sink::delta::table::positions::commit_key;
 use crate::sink::delta::{message_key, CommittedPositions, MessageKey};
 use crate::source::{distinct_streams, stream_runs, MessagePosition};
@@ -82,22 +83,9 @@ impl Buffered {
                     && !held_at_origin(position, held)
             }));
         }
-        let row_keep: Vec<bool> = self
-            .row_messages
-            .iter()
-            .map(|&m| keep_message.get(m).copied().unwrap_or(true))
-            .collect();
-        let dropped = row_keep.iter().filter(|k| !**k).count();
-        if dropped > 0 {
-            self.rows = arrow::compute::filter_record_batch(
-                &self.rows,
-                &BooleanArray::from(row_keep.clone()),
-            )?;
-            let mut flags = row_keep.iter();
-            self.row_messages
-                .retain(|_| *flags.next().unwrap_or(&false));
-        }
-        Ok(dropped)
+        drop_rows(&mut self.rows, &mut self.row_messages, |m| {
+            keep_message.get(m).copied().unwrap_or(true)
+        })
     }
 }
 

@@ -30,7 +30,13 @@ pub const WHOLE_ENTRY: i32 = i32::MAX;
 
 /// The key a commit records when `position` is the newest message of a partition it holds.
 pub fn commit_key(position: &MessagePosition) -> MessageKey {
-    let (ledger, entry, index) = message_key(position);
+    commit_key_at(position, message_key(position))
+}
+
+/// [`commit_key`] in another id space of the same message: `offset` is its key there (a
+/// replicated copy's offset in its origin), its place in its entry is the same.
+pub fn commit_key_at(position: &MessagePosition, offset: MessageKey) -> MessageKey {
+    let (ledger, entry, index) = offset;
     if position.completes_entry() {
         (ledger, entry, WHOLE_ENTRY)
     } else {
