@@ -31,19 +31,4 @@ pub trait SkippedEntries: Send + Sync {
         stream: &str,
         gaps: &[(Offset, Offset)],
     ) -> Result<Vec<bool>, SkippedEntriesError>;
-
-    /// [`SkippedEntries::skipped`] for one gap.
-    async fn skipped_between(
-        &self,
-        stream: &str,
-        after: Offset,
-        before: Offset,
-    ) -> Result<bool, SkippedEntriesError> {
-        Ok(self
-            .skipped(stream, &[(after, before)])
-            .await?
-            .first()
-            .copied()
-            .unwrap_or(false))
-    }
 }

@@ -47,7 +47,7 @@ pub enum CursorError {
 pub struct CursorAcks {
     /// Everything at or below this is acknowledged.
     pub mark_delete: Position,
-    /// Acknowledged ranges `(lower, upper]`, as the broker lists them (ascending).
+    /// Acknowledged ranges `(lower, upper]`, ascending.
     pub ranges: Vec<(Position, Position)>,
 }
 
@@ -73,12 +73,14 @@ impl CursorAcks {
                 .ok_or_else(|| malformed(name, &cursor.to_string()))
         };
         let mark_delete = field("markDeletePosition")?;
-        let ranges = field("individuallyDeletedMessages")?;
+        let ranges_text = field("individuallyDeletedMessages")?;
+        let mut ranges = parse_ranges(ranges_text)
+            .ok_or_else(|| malformed("individuallyDeletedMessages", ranges_text))?;
+        ranges.sort_unstable();
         Ok(Self {
             mark_delete: parse_position(mark_delete)
                 .ok_or_else(|| malformed("markDeletePosition", mark_delete))?,
-            ranges: parse_ranges(ranges)
-                .ok_or_else(|| malformed("individuallyDeletedMessages", ranges))?,
+            ranges,
         })
     }
 
@@ -96,9 +98,7 @@ impl CursorAcks {
         // Sweep the acknowledged intervals up from `after` (which need not be acknowledged
         // itself: its message is the caller's).
         let mut reached = after.max(self.mark_delete);
-        let mut ranges = self.ranges.clone();
-        ranges.sort_unstable();
-        for (lower, upper) in ranges {
+        for &(lower, upper) in &self.ranges {
             if reached >= target {
                 break;
             }
