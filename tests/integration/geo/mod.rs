@@ -125,23 +125,13 @@ pub fn feast_read(redis_host: &str, feast_project: &str, entities: u64) -> Vec<(
             "entity_rows": (0..entities).map(|e| json!({"user_id": format!("user-{e}")})).collect::<Vec<_>>()}]
     });
     let repo = tempfile::tempdir().expect("repo dir");
-    let spec_path = repo.path().join("spec.json");
-    std::fs::write(&spec_path, spec.to_string()).expect("spec");
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new(crate::online::feast_python())
-        .arg(root.join("tests/feast/read_online.py"))
-        .arg("--repo-dir")
-        .arg(repo.path().join("repo"))
-        .args(["--redis", redis_host, "--project", feast_project, "--spec"])
-        .arg(&spec_path)
-        .output()
-        .expect("run read_online.py");
-    assert!(
-        output.status.success(),
-        "read_online.py: {}",
-        String::from_utf8_lossy(&output.stderr)
+    let read = crate::online::read_with_feast(
+        &crate::online::feast_python(),
+        repo.path(),
+        (feast_project, &spec),
+        &["--redis", redis_host],
+        &[],
     );
-    let read: Value = serde_json::from_slice(&output.stdout).expect("json from read_online.py");
     let users = &read["reads"][0];
     (0..entities as usize)
         .map(|row| {

@@ -34,6 +34,37 @@ pub fn feast_python() -> String {
         .to_string()
 }
 
+/// Runs tests/feast/read_online.py (Feast's SDK) with `target` (`--redis H:P` or
+/// `--remote URL …`) and `env` on the views and reads of `spec`, in a Feast repo made under
+/// `repo`.
+pub fn read_with_feast(
+    python: &str,
+    repo: &Path,
+    (project, spec): (&str, &Value),
+    target: &[&str],
+    env: &[(&str, &str)],
+) -> Value {
+    std::fs::create_dir_all(repo).expect("repo dir");
+    let spec_path = repo.join("spec.json");
+    std::fs::write(&spec_path, spec.to_string()).expect("spec");
+    let output = Command::new(python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/feast/read_online.py"))
+        .arg("--repo-dir")
+        .arg(repo.join("repo"))
+        .args(target)
+        .args(["--project", project, "--spec"])
+        .arg(&spec_path)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run read_online.py");
+    assert!(
+        output.status.success(),
+        "read_online.py {target:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("json from read_online.py")
+}
+
 fn pair_schema() -> &'static str {
     r#"{"type":"record","name":"UserRegion","fields":[
         {"name":"user_id","type":"string"},
@@ -114,26 +145,17 @@ async fn feast_sdk_reads_what_the_connector_wrote() {
         ]
     });
     let repo = tempfile::tempdir().expect("repo dir");
-    let spec_path = repo.path().join("spec.json");
-    std::fs::write(&spec_path, spec.to_string()).expect("spec");
     let redis_host = redis_url()
         .trim_start_matches("redis://")
         .trim_end_matches('/')
         .to_string();
-    let output = Command::new(&python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/feast/read_online.py"))
-        .arg("--repo-dir")
-        .arg(repo.path().join("repo"))
-        .args(["--redis", &redis_host, "--project", &project_name, "--spec"])
-        .arg(&spec_path)
-        .output()
-        .expect("run read_online.py");
-    assert!(
-        output.status.success(),
-        "read_online.py: {}",
-        String::from_utf8_lossy(&output.stderr)
+    let read = read_with_feast(
+        &python,
+        repo.path(),
+        (&project_name, &spec),
+        &["--redis", &redis_host],
+        &[],
     );
-    let read: Value = serde_json::from_slice(&output.stdout).expect("json from read_online.py");
 
     let users = &read["reads"][0];
     let pairs = &read["reads"][1];

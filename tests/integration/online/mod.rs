@@ -5,4 +5,4 @@ mod feast;
 mod redis_outage;
 mod store;
 
-pub use feast::feast_python;
+pub use feast::{feast_python, read_with_feast};

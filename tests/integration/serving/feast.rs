@@ -6,7 +6,6 @@
 //! off and on.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -35,7 +34,8 @@ fn store_schema() -> &'static str {
         {"name":"last_seen","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#
 }
 
-/// Runs tests/feast/read_online.py with `target` (`--redis H:P` or `--remote URL …`).
+/// Runs tests/feast/read_online.py with `target` (`--redis H:P` or `--remote URL …`), the
+/// serving token in `FC_IT_SERVING_TOKEN`.
 pub(super) fn read_with_feast(
     python: &str,
     repo: &Path,
@@ -43,25 +43,13 @@ pub(super) fn read_with_feast(
     spec: &Value,
     target: &[&str],
 ) -> Value {
-    std::fs::create_dir_all(repo).expect("repo dir");
-    let spec_path = repo.join("spec.json");
-    std::fs::write(&spec_path, spec.to_string()).expect("spec");
-    let output = Command::new(python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/feast/read_online.py"))
-        .arg("--repo-dir")
-        .arg(repo.join("repo"))
-        .args(target)
-        .args(["--project", project, "--spec"])
-        .arg(&spec_path)
-        .env("FC_IT_SERVING_TOKEN", TOKEN)
-        .output()
-        .expect("run read_online.py");
-    assert!(
-        output.status.success(),
-        "read_online.py {target:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("json from read_online.py")
+    crate::online::read_with_feast(
+        python,
+        repo,
+        (project, spec),
+        target,
+        &[("FC_IT_SERVING_TOKEN", TOKEN)],
+    )
 }
 
 /// The statuses a row of `features` should have: every feature `status`, except the
