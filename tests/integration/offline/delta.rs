@@ -33,13 +33,19 @@ pub fn delta_python() -> String {
 }
 
 /// Reads the table at `table_uri` with `reader` (`deltalake`, `polars`, `duckdb`):
-/// `{"rows", "distinct_keys", "types", …}` as tests/delta/read_table.py prints it.
+/// `{"rows", "distinct_keys", "types", …}` as tests/delta/read_table.py prints it, the keys
+/// being (user, event time).
 pub fn read_with(reader: &str, table_uri: &str) -> Value {
+    read_with_keys(reader, table_uri, "user_id,event_time")
+}
+
+/// [`read_with`] counting distinct values of `key_columns` (comma-separated).
+pub fn read_with_keys(reader: &str, table_uri: &str, key_columns: &str) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new(delta_python())
         .arg(root.join("tests/delta/read_table.py"))
         .arg(table_uri)
-        .args(["--reader", reader, "--key-columns", "user_id,event_time"])
+        .args(["--reader", reader, "--key-columns", key_columns])
         .env("AWS_ENDPOINT_URL", s3_endpoint())
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")

@@ -16,6 +16,29 @@ const BASE: i64 = 1_789_034_400_000;
 const EVENTS: u64 = 200;
 const ENTITIES: u64 = 10;
 
+/// Feast's `get_historical_features` (tests/feast/historical_delta.py) over the Delta table
+/// and entity rows of `spec`, written to `dir/<spec_file>`, with a Feast repo in
+/// `dir/feast-repo`: `{"rows": […], …}`.
+pub fn historical_features(dir: &Path, spec_file: &str, spec: &Value) -> Value {
+    let spec_path = dir.join(spec_file);
+    std::fs::write(&spec_path, spec.to_string()).expect("spec");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(crate::offline::delta::delta_python())
+        .arg(root.join("tests/feast/historical_delta.py"))
+        .arg("--repo-dir")
+        .arg(dir.join("feast-repo"))
+        .arg("--spec")
+        .arg(&spec_path)
+        .output()
+        .expect("run historical_delta.py");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("json")
+}
+
 fn iso(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .expect("time")
@@ -63,23 +86,7 @@ async fn point_in_time(event_time_type: &str, name: &str) {
             "user_id": format!("user-{entity}"), "event_timestamp": iso(BASE + at)
         })).collect::<Vec<_>>(),
     });
-    let spec_path = project.path().join("pit-spec.json");
-    std::fs::write(&spec_path, spec.to_string()).expect("spec");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new(crate::offline::delta::delta_python())
-        .arg(root.join("tests/feast/historical_delta.py"))
-        .arg("--repo-dir")
-        .arg(project.path().join("feast-repo"))
-        .arg("--spec")
-        .arg(&spec_path)
-        .output()
-        .expect("run historical_delta.py");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: Value = serde_json::from_slice(&output.stdout).expect("json");
+    let result = historical_features(project.path(), "pit-spec.json", &spec);
     let got: Vec<Value> = result["rows"]
         .as_array()
         .expect("rows")

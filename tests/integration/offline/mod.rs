@@ -10,4 +10,5 @@ mod maintenance;
 mod store;
 mod store_outage;
 
-pub use delta::{delta_python, read_with};
+pub use delta::{delta_python, read_with, read_with_keys};
+pub use feast::historical_features;

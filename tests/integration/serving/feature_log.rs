@@ -4,8 +4,6 @@
 //! `rollover_interval` or at shutdown; and Feast (`FileSource(file_format=DeltaFormat())`,
 //! `get_historical_features`) and `deltalake` read the table back.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use arrow::array::{Array, AsArray, BinaryArray, Float64Array, Int64Array};
@@ -13,7 +11,6 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use crate::common::*;
-use crate::offline::delta_python;
 
 /// 2026-09-09T10:00:00Z.
 const BASE: i64 = 1_789_034_400_000;
@@ -253,26 +250,12 @@ async fn every_served_row_is_logged_once_and_feast_reads_the_log() {
 
     // Third-party readers: delta-rs, and Feast's get_historical_features with the logged
     // keys and request times as the entity dataframe (a training set "as served").
-    let python = delta_python();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let table = served.join("user_features");
-    let output = Command::new(&python)
-        .arg(root.join("tests/delta/read_table.py"))
-        .arg(&table)
-        .args([
-            "--reader",
-            "deltalake",
-            "--key-columns",
-            "__request_id,user_id",
-        ])
-        .output()
-        .expect("run read_table.py");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let read = crate::offline::read_with_keys(
+        "deltalake",
+        &table.display().to_string(),
+        "__request_id,user_id",
     );
-    let read: Value = serde_json::from_slice(&output.stdout).expect("json");
     assert_eq!(read["rows"], json!(12), "{read}");
     assert_eq!(read["distinct_keys"], json!(12), "{read}");
     assert_eq!(
@@ -294,22 +277,7 @@ async fn every_served_row_is_logged_once_and_feast_reads_the_log() {
             "user_id": user, "event_timestamp": asked_at
         })).collect::<Vec<_>>(),
     });
-    let spec_path = project.path().join("served-spec.json");
-    std::fs::write(&spec_path, spec.to_string()).expect("spec");
-    let output = Command::new(&python)
-        .arg(root.join("tests/feast/historical_delta.py"))
-        .arg("--repo-dir")
-        .arg(project.path().join("feast-repo"))
-        .arg("--spec")
-        .arg(&spec_path)
-        .output()
-        .expect("run historical_delta.py");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: Value = serde_json::from_slice(&output.stdout).expect("json");
+    let result = crate::offline::historical_features(project.path(), "served-spec.json", &spec);
     let got: Vec<(Value, Value)> = result["rows"]
         .as_array()
         .expect("rows")
