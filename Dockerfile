@@ -1,6 +1,6 @@
 # Multi-stage build: the dist binary (whole-program optimisation) on a small non-root runtime image.
 FROM rust:1.95-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler cmake && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN cargo build --profile dist --locked --features jemalloc --bin feature-connector

@@ -19,4 +19,5 @@ pub mod secret;
 pub mod serving;
 pub mod sink;
 pub mod source;
+pub mod tls;
 pub mod yaml;

@@ -137,9 +137,7 @@ pub fn main() -> ExitCode {
 /// Runs `work` on a multi-threaded runtime with the process's TLS provider installed: the
 /// start of this binary and of the load generator's.
 pub fn run_async(work: impl std::future::Future<Output = ExitCode>) -> ExitCode {
-    // Two TLS backends are linked (ours and the one `deltalake`'s kernel engine brings), so
-    // rustls cannot pick one by itself; every TLS client of the process uses aws-lc-rs.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    crate::tls::install_crypto_provider();
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

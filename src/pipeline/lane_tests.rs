@@ -166,7 +166,7 @@ fn decoders() -> TopicDecoders {
     };
     // Messages carry no schema version, so the registry is never asked.
     let registry = SchemaRegistry::new(PulsarAdmin::new(
-        reqwest::Client::new(),
+        crate::tls::http_client(),
         "http://127.0.0.1:9",
     ));
     TopicDecoders::new(PayloadDecoder::new(spec, registry).unwrap(), Vec::new())

@@ -43,7 +43,7 @@ fn datum(schema: &apache_avro::Schema, id: &str, n: i64) -> Vec<u8> {
 async fn bad_payloads_fail_alone_and_good_rows_keep_their_order() {
     let reader = ReaderSchema::parse(std::path::Path::new("t.avsc"), SCHEMA).unwrap();
     let registry = SchemaRegistry::new(PulsarAdmin::new(
-        reqwest::Client::new(),
+        crate::tls::http_client(),
         "http://127.0.0.1:9",
     ));
     let spec = DecoderSpec {
@@ -141,7 +141,7 @@ async fn non_finite_features_are_rejected_when_the_pipeline_says_so() {
             capacity: 16,
         };
         let registry = SchemaRegistry::new(PulsarAdmin::new(
-            reqwest::Client::new(),
+            crate::tls::http_client(),
             "http://127.0.0.1:9",
         ));
         let decoded = PayloadDecoder::new(spec, registry)

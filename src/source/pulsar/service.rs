@@ -317,6 +317,7 @@ impl PulsarServiceConfig {
     }
 
     fn http_builder(&self) -> Result<reqwest::ClientBuilder, CredentialError> {
+        crate::tls::install_crypto_provider();
         let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(10));
         if let Some(pem) = self.tls_ca()? {
             let certificate =

@@ -126,7 +126,7 @@ impl Project {
 
     /// GET a path of the connector's HTTP endpoint: (status, body).
     pub async fn http_get(&self, path: &str) -> Option<(u16, String)> {
-        let response = reqwest::get(format!("http://127.0.0.1:{}{path}", self.http_port))
+        let response = get_url(format!("http://127.0.0.1:{}{path}", self.http_port))
             .await
             .ok()?;
         let status = response.status().as_u16();
@@ -144,7 +144,7 @@ impl Project {
 
     /// GET a path of the connector's serving listener: (status, body).
     pub async fn serving_get(&self, path: &str) -> Option<(u16, String)> {
-        let response = reqwest::get(self.serving_url(path)).await.ok()?;
+        let response = get_url(self.serving_url(path)).await.ok()?;
         let status = response.status().as_u16();
         Some((status, response.text().await.ok()?))
     }
@@ -424,6 +424,11 @@ pub fn topic_admin_url(topic: &str, what: &str) -> String {
     format!("{}/admin/v2/persistent/{path}/{what}", pulsar_admin())
 }
 
+/// GET `url` with a client built after the process's TLS provider is installed.
+pub async fn get_url(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::Response> {
+    feature_connector::tls::http_client().get(url).send().await
+}
+
 /// Sends an admin API request and asserts that the broker accepted it (`what` names it).
 pub async fn admin_ok(request: reqwest::RequestBuilder, what: &str) {
     let response = request
@@ -441,7 +446,7 @@ pub async fn admin_ok(request: reqwest::RequestBuilder, what: &str) {
 pub async fn backlog(topic: &str, subscription: &str) -> Option<u64> {
     for stats in ["stats", "partitioned-stats"] {
         let url = topic_admin_url(topic, stats);
-        let Ok(response) = reqwest::get(&url).await else {
+        let Ok(response) = get_url(&url).await else {
             continue;
         };
         let Ok(stats) = response.json::<serde_json::Value>().await else {
@@ -458,7 +463,7 @@ pub async fn backlog(topic: &str, subscription: &str) -> Option<u64> {
 /// exist yet).
 pub async fn subscriptions(topic: &str) -> Vec<String> {
     let url = topic_admin_url(topic, "subscriptions");
-    let Ok(response) = reqwest::get(&url).await else {
+    let Ok(response) = get_url(&url).await else {
         return Vec::new();
     };
     let mut names = response.json::<Vec<String>>().await.unwrap_or_default();
@@ -470,7 +475,7 @@ pub async fn subscriptions(topic: &str) -> Vec<String> {
 /// while a consumer is attached, from the topic stats.
 pub async fn subscription_type(topic: &str, subscription: &str) -> Option<String> {
     let url = topic_admin_url(topic, "stats");
-    let stats = reqwest::get(&url)
+    let stats = get_url(&url)
         .await
         .ok()?
         .json::<serde_json::Value>()
@@ -485,7 +490,7 @@ pub async fn subscription_type(topic: &str, subscription: &str) -> Option<String
 /// position (the acknowledged prefix), from the topic's internal stats.
 pub async fn acknowledged_prefix(topic: &str, subscription: &str) -> u64 {
     let url = topic_admin_url(topic, "internalStats");
-    let stats: serde_json::Value = reqwest::get(&url)
+    let stats: serde_json::Value = get_url(&url)
         .await
         .expect("admin API")
         .json()
@@ -513,7 +518,7 @@ pub async fn acknowledged_prefix(topic: &str, subscription: &str) -> u64 {
 /// Unloads a non-partitioned `topic`: the broker closes its current ledger and opens a new
 /// one when the topic is next used, as after a broker restart.
 pub async fn unload_topic(topic: &str) {
-    let request = reqwest::Client::new().put(topic_admin_url(topic, "unload"));
+    let request = feature_connector::tls::http_client().put(topic_admin_url(topic, "unload"));
     admin_ok(request, &format!("unload {topic}")).await;
 }
 
@@ -531,7 +536,7 @@ pub fn error_message(body: &serde_json::Value) -> String {
 
 /// Sets the namespace's retention so that acknowledged messages stay readable (backfill).
 pub async fn retain_acknowledged(namespace: &str) {
-    let request = reqwest::Client::new()
+    let request = feature_connector::tls::http_client()
         .post(format!(
             "{}/admin/v2/namespaces/public/{namespace}/retention",
             pulsar_admin()
@@ -562,7 +567,7 @@ pub fn assert_quiet(what: &str, log: &str) {
 
 /// Creates `topic` with `partitions` partitions.
 pub async fn create_partitioned_topic(topic: &str, partitions: u32) {
-    let request = reqwest::Client::new()
+    let request = feature_connector::tls::http_client()
         .put(topic_admin_url(topic, "partitions"))
         .header("content-type", "application/json")
         .body(partitions.to_string());
@@ -727,7 +732,7 @@ pub async fn unique_events(store_url: &str, pipeline: &str) -> usize {
 
 /// Creates namespace `public/{namespace}` with the given schema compatibility strategy.
 pub async fn create_namespace(namespace: &str, strategy: &str) {
-    let http = reqwest::Client::new();
+    let http = feature_connector::tls::http_client();
     let url = format!("{}/admin/v2/namespaces/public/{namespace}", pulsar_admin());
     admin_ok(http.put(&url), "create namespace").await;
     let request = http

@@ -50,7 +50,7 @@ pub async fn replicated_topic(regions: &[Region], partitions: u32) -> String {
     // Pulsar 4 creates the partitioned topic in the other clusters of the namespace too
     // (409 there when it did so first).
     for region in regions {
-        let response = reqwest::Client::new()
+        let response = feature_connector::tls::http_client()
             .put(admin_url_at(&region.admin, &topic, "partitions"))
             .header("content-type", "application/json")
             .body(partitions.to_string())
@@ -77,7 +77,7 @@ pub fn admin_url_at(admin: &str, topic: &str, what: &str) -> String {
 
 /// Backlog of `subscription` on the partitioned `topic` of the cluster at `admin`.
 pub async fn backlog_at(admin: &str, topic: &str, subscription: &str) -> Option<u64> {
-    let stats: Value = reqwest::get(admin_url_at(admin, topic, "partitioned-stats"))
+    let stats: Value = get_url(admin_url_at(admin, topic, "partitioned-stats"))
         .await
         .ok()?
         .json()

@@ -22,7 +22,7 @@ async fn standby_takes_over_from_the_replicated_position_without_duplicates() {
 
     // The standby region's subscription exists, replicated, before the active one consumes
     // (a replicated subscription's position reaches only clusters where it exists).
-    let request = reqwest::Client::new()
+    let request = feature_connector::tls::http_client()
         .put(format!(
             "{}?replicated=true",
             admin_url_at(&regions[1].admin, topic, "subscription/user_features")

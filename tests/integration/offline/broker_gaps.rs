@@ -160,7 +160,7 @@ async fn run(markers: bool, events: u64, rate: u64, blind: bool) -> Run {
 
     // The connector's subscription, and a second one with replicated subscriptions on: the
     // broker then writes a snapshot marker about every second while messages come.
-    let http = reqwest::Client::new();
+    let http = feature_connector::tls::http_client();
     let path = project
         .topic
         .strip_prefix("persistent://")
@@ -355,7 +355,7 @@ async fn expired_messages_do_not_hold_commits_back() {
     produce(100);
     tokio::time::sleep(Duration::from_secs(3)).await;
     produce(200);
-    let expire = reqwest::Client::new().post(topic_admin_url(
+    let expire = feature_connector::tls::http_client().post(topic_admin_url(
         &project.topic,
         "subscription/expiry/expireMessages/2",
     ));

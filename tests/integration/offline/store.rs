@@ -31,7 +31,11 @@ fn event_indices(batches: &[(String, arrow::array::RecordBatch)]) -> (usize, BTr
 
 async fn reset_cursor_to_start(topic: &str, subscription: &str) {
     let url = topic_admin_url(topic, &format!("subscription/{subscription}/resetcursor/0"));
-    admin_ok(reqwest::Client::new().post(&url), "reset cursor").await;
+    admin_ok(
+        feature_connector::tls::http_client().post(&url),
+        "reset cursor",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,7 +72,7 @@ async fn a_pipeline_with_its_store_down_does_not_stall_the_others() {
     assert!(body.contains("offline store of `stuck`"), "{body}");
     assert!(!body.contains("good"), "{body}");
 
-    let created = reqwest::Client::new()
+    let created = feature_connector::tls::http_client()
         .put(format!("{}/{bucket}", s3_endpoint()))
         .send()
         .await

@@ -54,7 +54,7 @@ async fn out_of_order_events_from_two_replicas_end_with_the_newest_per_entity() 
             .unwrap_or(0)
     };
     let (_, one) = project.http_get("/metrics").await.expect("metrics 1");
-    let two = reqwest::get(format!("http://{second_bind}/metrics"))
+    let two = get_url(format!("http://{second_bind}/metrics"))
         .await
         .expect("metrics 2")
         .text()
@@ -141,7 +141,7 @@ async fn ttl_expires_and_reads_are_typed_through_get_and_http() {
         serde_json::json!(94)
     );
     assert_eq!(body["results"][1]["found"], serde_json::json!(false));
-    let response = reqwest::Client::new()
+    let response = feature_connector::tls::http_client()
         .post(project.serving_url("/v1/features/ttl"))
         .json(&serde_json::json!({"entities": [{"user_id": "user-2"}], "features": ["purchases_30d"]}))
         .send()

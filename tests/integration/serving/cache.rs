@@ -33,7 +33,7 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
 async fn assert_freshness_and_coverage(project: &Project) {
     let body = json!({"features": ["cached:purchases_30d"],
                       "entities": {"user_id": ["user-1", "user-2", "user-404"]}});
-    let response = reqwest::Client::new()
+    let response = feature_connector::tls::http_client()
         .post(project.serving_url("/get-online-features"))
         .json(&body)
         .send()

@@ -356,7 +356,7 @@ async fn feast_sdk_reads_the_same(cache_entities: usize) {
     }
 
     // The raw answer carries Feast's event timestamps (the remote store drops them).
-    let answer: Value = reqwest::Client::new()
+    let answer: Value = feature_connector::tls::http_client()
         .post(project.serving_url("/get-online-features"))
         .bearer_auth(TOKEN)
         .json(&json!({"features": ["user_features:purchases_30d"], "entities": {"user_id": ["user-0", "nobody"]}}))

@@ -112,7 +112,7 @@ async fn feast_sdk_raises_typed_errors_from_our_answers_as_from_feast_serve() {
         "feast serve to answer",
         Duration::from_secs(120),
         || async {
-            reqwest::get(&health)
+            get_url(&health)
                 .await
                 .is_ok_and(|r| r.status().is_success())
         },

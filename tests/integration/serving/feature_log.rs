@@ -28,7 +28,7 @@ async fn get_online_features(project: &Project) -> Value {
         "features": FEATURES.iter().map(|f| format!("user_features:{f}")).collect::<Vec<_>>(),
         "entities": {"user_id": USERS},
     });
-    let response = reqwest::Client::new()
+    let response = feature_connector::tls::http_client()
         .post(project.serving_url("/get-online-features"))
         .json(&body)
         .send()

@@ -59,7 +59,7 @@ async fn reads_are_served_on_their_own_listener_and_probes_on_theirs() {
         .await
         .expect("probes listener");
     assert_eq!(status, 404);
-    let feast = reqwest::Client::new()
+    let feast = feature_connector::tls::http_client()
         .post(format!(
             "http://127.0.0.1:{}/get-online-features",
             project.http_port
@@ -144,7 +144,7 @@ async fn a_network_serving_bind_needs_a_token() {
     wait_drained(&project.topic, &["guarded"], Duration::from_secs(60)).await;
     let url = format!("http://127.0.0.1:{port}/get-online-features");
     let body = json!({"features": ["guarded:purchases_30d"], "entities": {"user_id": ["user-2"]}});
-    let http = reqwest::Client::new();
+    let http = feature_connector::tls::http_client();
     for token in [None, Some("wrong-token"), Some("file-token-012345678")] {
         let mut request = http.post(&url).json(&body);
         if let Some(token) = token {

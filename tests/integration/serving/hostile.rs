@@ -16,7 +16,7 @@ const LIMITS: &str = "  max_entities_per_request: 5\n  max_body_bytes: 4096\n  r
 
 /// POSTs `body` (raw text) to `path`; (status, JSON body).
 async fn post_raw(project: &Project, path: &str, body: String) -> (u16, Value) {
-    let response = reqwest::Client::new()
+    let response = feature_connector::tls::http_client()
         .post(project.serving_url(path))
         .header("content-type", "application/json")
         .body(body)
@@ -212,7 +212,7 @@ async fn hostile_requests_get_clear_4xx_and_do_not_stall_the_server() {
     let answer = read_to_close(&mut stream).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     // Wrong method, unknown path.
-    let response = reqwest::get(project.serving_url(feast)).await.expect("get");
+    let response = get_url(project.serving_url(feast)).await.expect("get");
     assert_eq!(response.status().as_u16(), 405);
     let (status, _) = project.serving_get("/admin").await.expect("get");
     assert_eq!(status, 404);
@@ -246,7 +246,7 @@ async fn hostile_requests_get_clear_4xx_and_do_not_stall_the_server() {
         slow_client(&project, &head).await,
     ];
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let response = reqwest::Client::new()
+    let response = feature_connector::tls::http_client()
         .post(project.serving_url(feast))
         .json(&feast_body(1))
         .send()

@@ -280,7 +280,7 @@ async fn short_lived_token() -> String {
         ),
         ("audience", "pulsar"),
     ];
-    let answer: serde_json::Value = reqwest::Client::new()
+    let answer: serde_json::Value = feature_connector::tls::http_client()
         .post(format!("{}/oauth2/token", issuer()))
         .form(&form)
         .send()

@@ -204,7 +204,7 @@ async fn key_shared_replicas_split_the_keys_and_each_key_goes_to_one_replica() {
             &format!("{bind} ready"),
             Duration::from_secs(60),
             || async move {
-                match reqwest::get(format!("http://{bind}/readyz")).await {
+                match get_url(format!("http://{bind}/readyz")).await {
                     Ok(response) => response.status().is_success(),
                     Err(_) => false,
                 }

@@ -75,8 +75,26 @@ type ClosedProducers = Arc<std::sync::Mutex<BTreeSet<u64>>>;
 /// A client certificate and its key, presented in TLS handshakes (feature-connector patch).
 #[cfg(any(feature = "tokio-runtime", feature = "async-std-runtime"))]
 pub type ClientIdentity = native_tls::Identity;
-/// Client certificates are only supported by the native-tls runtimes in this patch.
-#[cfg(not(any(feature = "tokio-runtime", feature = "async-std-runtime")))]
+/// A client certificate and its key, presented in TLS handshakes (feature-connector patch).
+#[cfg(all(
+    any(
+        feature = "tokio-rustls-runtime-aws-lc-rs",
+        feature = "tokio-rustls-runtime-ring",
+        feature = "async-std-rustls-runtime-aws-lc-rs",
+        feature = "async-std-rustls-runtime-ring"
+    ),
+    not(any(feature = "tokio-runtime", feature = "async-std-runtime"))
+))]
+pub type ClientIdentity = crate::rustls_tls::ClientIdentity;
+/// No TLS runtime: nothing to present.
+#[cfg(not(any(
+    feature = "tokio-runtime",
+    feature = "async-std-runtime",
+    feature = "tokio-rustls-runtime-aws-lc-rs",
+    feature = "tokio-rustls-runtime-ring",
+    feature = "async-std-rustls-runtime-aws-lc-rs",
+    feature = "async-std-rustls-runtime-ring"
+)))]
 pub type ClientIdentity = std::convert::Infallible;
 
 /// Authentication parameters
@@ -1134,18 +1152,11 @@ impl<Exe: Executor> Connection<Exe> {
             ExecutorKind::Tokio => {
                 if tls {
                     let stream = tokio::net::TcpStream::connect(&address).await?;
-                    let mut root_store = rustls::RootCertStore::empty();
+                    // feature-connector patch: the system's roots and a client certificate.
+                    let config =
+                        crate::rustls_tls::client_config(certificate_chain, client_identity)?;
 
-                    root_store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-                    for certificate in certificate_chain {
-                        root_store.add(certificate.clone())?;
-                    }
-
-                    let config = rustls::ClientConfig::builder()
-                        .with_root_certificates(root_store)
-                        .with_no_client_auth();
-
-                    let cx = tokio_rustls::TlsConnector::from(Arc::new(config));
+                    let cx = tokio_rustls::TlsConnector::from(config);
                     let stream = cx
                         .connect(
                             rustls::pki_types::ServerName::try_from(hostname.as_str())?.to_owned(),
@@ -1248,18 +1259,11 @@ impl<Exe: Executor> Connection<Exe> {
             ExecutorKind::AsyncStd => {
                 if tls {
                     let stream = async_std::net::TcpStream::connect(&address).await?;
-                    let mut root_store = rustls::RootCertStore::empty();
+                    // feature-connector patch: the system's roots and a client certificate.
+                    let config =
+                        crate::rustls_tls::client_config(certificate_chain, client_identity)?;
 
-                    root_store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-                    for certificate in certificate_chain {
-                        root_store.add(certificate.clone())?;
-                    }
-
-                    let config = rustls::ClientConfig::builder()
-                        .with_root_certificates(root_store)
-                        .with_no_client_auth();
-
-                    let connector = futures_rustls::TlsConnector::from(Arc::new(config));
+                    let connector = futures_rustls::TlsConnector::from(config);
                     let stream = connector
                         .connect(
                             rustls::pki_types::ServerName::try_from(hostname.as_str())?.to_owned(),

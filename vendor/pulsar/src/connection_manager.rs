@@ -256,10 +256,28 @@ impl<Exe: Executor> ConnectionManager<Exe> {
             None => None,
             #[cfg(any(feature = "tokio-runtime", feature = "async-std-runtime"))]
             Some((chain, key)) => Some(native_tls::Identity::from_pkcs8(chain, key)?),
-            #[cfg(not(any(feature = "tokio-runtime", feature = "async-std-runtime")))]
+            // feature-connector patch: the rustls runtimes present client certificates too.
+            #[cfg(all(
+                any(
+                    feature = "tokio-rustls-runtime-aws-lc-rs",
+                    feature = "tokio-rustls-runtime-ring",
+                    feature = "async-std-rustls-runtime-aws-lc-rs",
+                    feature = "async-std-rustls-runtime-ring"
+                ),
+                not(any(feature = "tokio-runtime", feature = "async-std-runtime"))
+            ))]
+            Some((chain, key)) => Some(crate::connection::ClientIdentity::from_pem(chain, key)?),
+            #[cfg(not(any(
+                feature = "tokio-runtime",
+                feature = "async-std-runtime",
+                feature = "tokio-rustls-runtime-aws-lc-rs",
+                feature = "tokio-rustls-runtime-ring",
+                feature = "async-std-rustls-runtime-aws-lc-rs",
+                feature = "async-std-rustls-runtime-ring"
+            )))]
             Some(_) => {
                 return Err(ConnectionError::Unexpected(
-                    "client certificates need the native-tls runtimes".into(),
+                    "client certificates need a TLS runtime".into(),
                 ))
             }
         };

@@ -227,6 +227,16 @@ pub mod message;
 pub mod producer;
 pub mod reader;
 mod retry_op;
+#[cfg(all(
+    any(
+        feature = "tokio-rustls-runtime-aws-lc-rs",
+        feature = "tokio-rustls-runtime-ring",
+        feature = "async-std-rustls-runtime-aws-lc-rs",
+        feature = "async-std-rustls-runtime-ring"
+    ),
+    not(any(feature = "tokio-runtime", feature = "async-std-runtime"))
+))]
+mod rustls_tls;
 pub mod routing_policy;
 mod service_discovery;
 mod test_utils;

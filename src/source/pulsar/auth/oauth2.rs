@@ -340,7 +340,7 @@ mod tests {
                 scope: None,
                 credentials_file: credentials.to_path_buf(),
             },
-            reqwest::Client::new(),
+            crate::tls::http_client(),
         )
     }
 
