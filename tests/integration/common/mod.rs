@@ -220,18 +220,17 @@ impl Project {
             .expect("write pipeline");
     }
 
-    /// Runs `produce` with extra arguments; asserts it succeeded.
+    /// Runs `produce` with extra arguments; asserts it succeeded and logged no WARN or
+    /// ERROR line (producers closing after a large publish used to log two).
     pub fn produce_with(&self, pipeline: &str, args: &[&str]) {
         let output = self
             .command(&["produce", "--pipeline", pipeline])
             .args(args)
             .output()
             .expect("run produce");
-        assert!(
-            output.status.success(),
-            "produce failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "produce failed: {stderr}");
+        assert_quiet("produce", &stderr);
     }
 
     /// Runs any subcommand of the binary on this project.

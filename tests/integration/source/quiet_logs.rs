@@ -99,3 +99,50 @@ async fn a_partition_hand_over_between_replicas_logs_no_warning() {
     assert_quiet("the replica that handed its partitions over", &first_log);
     assert_quiet("the replica that took them over", &second_log);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_backfill_beside_running_replicas_logs_no_warning() {
+    const EVENTS: u64 = 300_000;
+    let project = project_on_own_namespace("bigfill", 2).await;
+    project.pipeline(
+        "bigfill",
+        "online:\n  enabled: false",
+        "offline:\n  url: file://offline\n  rollover_rows: 50000\n  rollover_interval: 2s",
+    );
+    let replica = |name: &str| {
+        let port = free_port().to_string();
+        project.start_with_env(
+            &format!("{name}.log"),
+            &[
+                ("FC_INSTANCE_ID", name),
+                ("FC_HTTP_BIND", &format!("127.0.0.1:{port}")),
+            ],
+        )
+    };
+    let first = replica("a");
+    let second = replica("b");
+    // Producer batches of 100: the readers tear down with thousands of entries in flight,
+    // which is where pulsar-rs's "cannot send a message from the consumer engine" and
+    // "tx returned SendError" lines came from.
+    project.produce("bigfill", EVENTS, 20_000, BASE, 100);
+    let backfill = project.run_command(&[
+        "backfill",
+        "--pipeline",
+        "bigfill",
+        "--from",
+        "earliest",
+        "--offline-url",
+        "file://backfilled",
+    ]);
+    let stderr = String::from_utf8_lossy(&backfill.stderr);
+    assert!(backfill.status.success(), "{stderr}");
+    assert_quiet("a 300,000-event backfill beside two replicas", &stderr);
+    wait_drained(&project.topic, &["bigfill"], Duration::from_secs(180)).await;
+    for (name, connector) in [("a", first), ("b", second)] {
+        let (code, log) = connector.stop_with_log();
+        assert_eq!(code, 0, "{log}");
+        assert_quiet(&format!("replica {name} beside the backfill"), &log);
+    }
+    let backfilled = format!("file://{}", project.path().join("backfilled").display());
+    assert_eq!(unique_events(&backfilled, "bigfill").await, EVENTS as usize);
+}

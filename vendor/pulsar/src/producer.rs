@@ -1145,11 +1145,17 @@ impl<Exe: Executor> ProducerConnection<Exe> {
             self.topic,
             state.connection.id()
         );
-        if let Err(e) = state.connection.sender().close_producer(self.id).await {
-            error!(
+        match state.connection.sender().close_producer(self.id).await {
+            Ok(_) => {}
+            // feature-connector patch: a connection that went away is why it is re-created.
+            Err(ConnectionError::Disconnected) => debug!(
+                "producer {:?}({}) for topic {}: its connection closed first",
+                self.name, self.id, self.topic
+            ),
+            Err(e) => error!(
                 "could not close producer {:?}({}) for topic {}: {:?}",
                 self.name, self.id, self.topic, e
-            );
+            ),
         }
         let broker_address = self.client.lookup_topic(&self.topic).await?;
         let (_producer_name, schema_version) = retry_create_producer(
@@ -1312,12 +1318,23 @@ impl<Exe: Executor> std::ops::Drop for TopicProducer<Exe> {
         if let Some(mut batch) = self.batch.take() {
             batch.msg_sender.close_channel();
         }
+        // feature-connector patch: a producer closed already (`close()`) is not closed a
+        // second time, and a connection that went away with the client (the process ending
+        // after a publish) is no error: the broker closes its producers with it.
+        if conn.pending.lock().map(|p| p.closed).unwrap_or(false) {
+            return;
+        }
         let _ = self.client.executor.spawn(Box::pin(async move {
-            if let Err(e) = conn.close().await {
-                error!(
+            match conn.close().await {
+                Ok(_) => {}
+                Err(ConnectionError::Disconnected) => debug!(
+                    "producer {:?}({}) for topic {}: its connection closed first",
+                    name, id, topic
+                ),
+                Err(e) => error!(
                     "could not close producer {:?}({}) for topic {}: {:?}",
                     name, id, topic, e
-                );
+                ),
             }
         }));
     }

@@ -105,10 +105,13 @@ impl<Exe: Executor> ConsumerEngine<Exe> {
             while let Some(msg) = rx.next().await {
                 let r = event_tx.send(mapper(Some(msg))).await;
                 if let Err(err) = r {
-                    log::error!("Error sending event to channel - {err}");
+                    // feature-connector patch: a disconnected channel is the engine gone (its
+                    // consumer or reader dropped), a normal end, not an error.
                     if err.is_disconnected() {
+                        log::debug!("Error sending event to channel - {err}");
                         break;
                     }
+                    log::error!("Error sending event to channel - {err}");
                 }
             }
 
@@ -265,7 +268,9 @@ impl<Exe: Executor> ConsumerEngine<Exe> {
                     Ok(false) => Some(Ok(())),
                     Err(e) => {
                         if let Err(e) = self.tx.send(Err(e)).await {
-                            error!("cannot send a message from the consumer engine to the consumer({}), stopping the engine", self.id);
+                            // feature-connector patch: the consumer is gone (dropped while
+                            // its engine still ran): the end of a reader, logged at debug.
+                            debug!("cannot send a message from the consumer engine to the consumer({}), stopping the engine", self.id);
                             Some(Err(Error::Consumer(e.into())))
                         } else {
                             None
@@ -622,7 +627,8 @@ impl<Exe: Executor> ConsumerEngine<Exe> {
             .send(Ok((message_id.clone(), payload)))
             .await
             .map_err(|e| {
-                error!("tx returned {:?}", e);
+                // feature-connector patch: the consumer dropped its receiver (shutdown).
+                debug!("tx returned {:?}", e);
                 Error::Custom("tx closed".to_string())
             })?;
         if let Some(duration) = self.unacked_message_redelivery_delay {
@@ -638,11 +644,18 @@ impl<Exe: Executor> ConsumerEngine<Exe> {
         // send CloseConsumer to server
         // remove our resolver from the Connection consumers BTreeMap,
         // stopping the current Message source
-        if let Err(e) = self.connection.sender().close_consumer(self.id).await {
-            error!(
+        match self.connection.sender().close_consumer(self.id).await {
+            Ok(_) => {}
+            // feature-connector patch: a connection that went away is why this consumer
+            // reconnects; the broker dropped the consumer with it.
+            Err(ConnectionError::Disconnected) => debug!(
+                "consumer {:?}({}) for topic {}: its connection closed first",
+                self.name, self.id, self.topic
+            ),
+            Err(e) => error!(
                 "could not close consumer {:?}({}) for topic {}: {:?}",
                 self.name, self.id, self.topic, e
-            );
+            ),
         }
         // should have logged "rx terminated" by now
 
@@ -708,11 +721,18 @@ impl<Exe: Executor> std::ops::Drop for ConsumerEngine<Exe> {
         let name = self.name.clone();
         let topic = self.topic.clone();
         let _ = self.client.executor.spawn(Box::pin(async move {
-            if let Err(e) = conn.sender().close_consumer(id).await {
-                error!(
+            match conn.sender().close_consumer(id).await {
+                Ok(_) => {}
+                // feature-connector patch: the connection went away with the client (a
+                // shutdown); the broker dropped the consumer with it.
+                Err(ConnectionError::Disconnected) => debug!(
+                    "consumer {:?}({}) for topic {}: its connection closed first",
+                    name, id, topic
+                ),
+                Err(e) => error!(
                     "could not close consumer {:?}({}) for topic {}: {:?}",
                     name, id, topic, e
-                );
+                ),
             }
         }));
     }
