@@ -7,6 +7,7 @@ use pulsar::producer::{Producer, ProducerOptions};
 use pulsar::{Pulsar, TokioExecutor};
 use tokio_util::sync::CancellationToken;
 
+use super::dead_letter_log::{DeadLetterLog, Logged, DEAD_LETTER_LOG_INTERVAL};
 use crate::retry::Backoff;
 use crate::schema::DecodeFailure;
 use crate::sink::SinkError;
@@ -55,6 +56,7 @@ pub struct DeadLetter {
     pipeline: String,
     producer: Option<Producer<TokioExecutor>>,
     cancel: CancellationToken,
+    log: DeadLetterLog,
 }
 
 impl DeadLetter {
@@ -75,7 +77,18 @@ impl DeadLetter {
             pipeline: pipeline.to_string(),
             producer: None,
             cancel,
+            log: DeadLetterLog::new(pipeline, DEAD_LETTER_LOG_INTERVAL),
         }
+    }
+
+    /// Writes the dead-letter log lines whose interval has ended.
+    pub fn log_due(&mut self) {
+        self.log.flush_due(std::time::Instant::now());
+    }
+
+    /// Writes every dead-letter count not logged yet (the lane stops).
+    pub fn log_all(&mut self) {
+        self.log.flush_all(std::time::Instant::now());
     }
 
     /// Publishes each failed message and waits for the broker's receipts; retries with
@@ -91,7 +104,10 @@ impl DeadLetter {
         let mut backoff = Backoff::default();
         loop {
             match self.publish_once(messages, failures).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.logged(messages, failures);
+                    return Ok(());
+                }
                 Err(e) => {
                     self.producer = None;
                     let what = format!("dead-letter publish to {} failed", self.topic);
@@ -178,7 +194,26 @@ impl DeadLetter {
         for receipt in receipts {
             receipt.await?;
         }
-        tracing::warn!(topic = %self.topic, count = failures.len(), "messages sent to the dead-letter topic");
+        tracing::debug!(topic = %self.topic, count = failures.len(), "messages sent to the dead-letter topic");
         Ok(())
+    }
+
+    /// Hands the stored dead letters to the log (a line per reason and version and interval).
+    fn logged(&mut self, messages: &[SourceMessage], failures: &[DecodeFailure]) {
+        let now = std::time::Instant::now();
+        for failure in failures {
+            let Some(message) = messages.get(failure.index) else {
+                continue;
+            };
+            self.log.record(
+                now,
+                Logged {
+                    reason: failure.reason,
+                    schema_version: message.schema_version,
+                    message_id: message.position.display_id(),
+                    detail: &failure.detail,
+                },
+            );
+        }
     }
 }

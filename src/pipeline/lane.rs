@@ -159,6 +159,9 @@ impl Running {
             Err(e) => Err(e),
         };
         let flushed = self.flush().await;
+        if let Some(dead_letter) = self.lane.dead_letter.as_mut() {
+            dead_letter.log_all();
+        }
         self.lane.source.close().await;
         tracing::info!("lane stopped");
         result.and(flushed)
@@ -278,6 +281,9 @@ impl Running {
                     return Ok(());
                 }
             }
+            if let Some(dead_letter) = self.lane.dead_letter.as_mut() {
+                dead_letter.log_due();
+            }
             if !self.drain_reports().await? {
                 return Ok(());
             }
@@ -363,7 +369,9 @@ impl Running {
     ) -> Result<bool, LaneError> {
         for failure in failures {
             if let Some(message) = messages.get(failure.index) {
-                tracing::warn!(message_id = %message.position.display_id(), reason = failure.reason.as_str(), detail = %failure.detail, "message cannot be decoded");
+                // The dead-letter log (one line per reason, version and interval) says it
+                // at WARN; per message only at debug.
+                tracing::debug!(message_id = %message.position.display_id(), reason = failure.reason.as_str(), detail = %failure.detail, "message cannot be decoded");
             }
         }
         let Some(dead_letter) = self.lane.dead_letter.as_mut() else {

@@ -9,6 +9,7 @@ mod ack_gate;
 mod backfill;
 mod backlog;
 mod dead_letter;
+mod dead_letter_log;
 mod lane;
 mod sink_task;
 

@@ -149,7 +149,24 @@ async fn evolution_decodes_compatible_versions_and_dead_letters_an_incompatible_
         1,
         "the connector never restarted:\n{log}"
     );
-    assert_eq!(connector.stop(), 0);
+    let (code, log) = connector.stop_with_log();
+    assert_eq!(code, 0, "{log}");
+    // 200 dead letters, two log lines: the first at once, the other 199 counted in one
+    // line (written at the interval's end, here at shutdown); the metric counts each.
+    let loud = loud_lines(&log);
+    assert_eq!(loud.len(), 2, "{loud:#?}");
+    assert!(
+        loud.iter().all(|line| line.contains("dead-letter topic")
+            && line.contains("reason=\"incompatible_schema\"")
+            && line.contains("schema_version=Some(2)")),
+        "{loud:#?}"
+    );
+    assert!(loud[0].contains("message_id="), "{}", loud[0]);
+    assert!(
+        loud[1].contains("count=199") && loud[1].contains("first_message_id="),
+        "{}",
+        loud[1]
+    );
 
     let mut redis = redis(&redis_url()).await;
     for entity in 0..100u64 {
