@@ -3,6 +3,7 @@
 //! because schema version numbers are per topic.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 
@@ -20,6 +21,27 @@ pub struct TopicDecoders {
 /// `persistent://t/n/x-partition-3` → `persistent://t/n/x`: partitions share one schema.
 pub fn schema_topic(topic: &str) -> &str {
     partitioned_topic(stream_topic(topic))
+}
+
+/// The schema topic of each message's stream, worked out once per run of messages of one
+/// stream: streams share one name per stream, so a pointer compare finds the run, where
+/// parsing the name cost three string searches per message.
+#[derive(Default)]
+struct SchemaTopics<'a> {
+    last: Option<(&'a Arc<str>, &'a str)>,
+}
+
+impl<'a> SchemaTopics<'a> {
+    fn of(&mut self, stream: &'a Arc<str>) -> &'a str {
+        match self.last {
+            Some((known, topic)) if Arc::ptr_eq(known, stream) => topic,
+            _ => {
+                let topic = schema_topic(stream);
+                self.last = Some((stream, topic));
+                topic
+            }
+        }
+    }
 }
 
 impl TopicDecoders {
@@ -44,10 +66,11 @@ impl TopicDecoders {
 
     /// Decodes `messages`, each with its topic's decoder; rows and failures index `messages`.
     pub async fn decode(&mut self, messages: &[SourceMessage]) -> Result<Decoded, DecodeError> {
-        let first = messages.first().map(|m| schema_topic(&m.position.topic));
+        let mut topics = SchemaTopics::default();
+        let first = messages.first().map(|m| topics.of(&m.position.topic));
         if messages
             .iter()
-            .all(|m| Some(schema_topic(&m.position.topic)) == first)
+            .all(|m| Some(topics.of(&m.position.topic)) == first)
         {
             return self
                 .decoder(first.unwrap_or_default())
@@ -56,7 +79,7 @@ impl TopicDecoders {
         }
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
         for (index, message) in messages.iter().enumerate() {
-            let topic = schema_topic(&message.position.topic);
+            let topic = topics.of(&message.position.topic);
             match groups.iter_mut().find(|(t, _)| t == topic) {
                 Some((_, indices)) => indices.push(index),
                 None => groups.push((topic.to_string(), vec![index])),

@@ -6,7 +6,7 @@
 //! cluster one per hash slot, since a script may only touch keys of one slot): a script call
 //! costs Redis several times a plain write, so one call per entity dominated its CPU.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use redis::cluster_routing::Slot;
 use redis::{Cmd, Script};
@@ -50,7 +50,7 @@ pub struct ScriptCalls<'a> {
     ties: bool,
     /// Group entities by hash slot (Redis Cluster).
     by_slot: bool,
-    open: HashMap<Option<Slot>, Chunk>,
+    open: FxHashMap<Option<Slot>, Chunk>,
     /// The chunk of the entity being written.
     current: Option<Option<Slot>>,
     calls: Vec<Cmd>,
@@ -214,7 +214,7 @@ impl<'a> ScriptCalls<'a> {
             mode,
             ties: tie_field.is_some(),
             by_slot,
-            open: HashMap::new(),
+            open: FxHashMap::default(),
             current: None,
             calls: Vec::new(),
         }

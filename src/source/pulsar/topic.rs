@@ -94,6 +94,10 @@ pub fn partitioned_topic(name: &str) -> &str {
 /// The topic partition a stream name stands for: in a replicated namespace streams are
 /// named `<cluster>/<topic partition>` (see `replication`), otherwise by the topic itself.
 pub fn stream_topic(stream: &str) -> &str {
+    // A stream without a cluster is its topic: no search (this runs per acknowledgement).
+    if stream.starts_with("persistent://") || stream.starts_with("non-persistent://") {
+        return stream;
+    }
     for scheme in ["non-persistent://", "persistent://"] {
         if let Some(at) = stream.find(scheme) {
             return &stream[at..];
