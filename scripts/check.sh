@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The fast gate, no services: formatting, the source layout's rules, commit subjects, the
-# alert rules, clippy with warnings as errors, and the unit layer. `bash scripts/test.sh`
-# runs it first, so a style or logic slip fails within minutes, before any service starts.
+# alert rules, clippy with warnings as errors, then the one test build of the workspace and
+# its unit tests. `bash scripts/test.sh` runs it first, so a style or logic slip fails within
+# minutes; the integration tests later run from the same build (nothing is compiled twice:
+# every cargo command here and in test.sh selects `--workspace` with the same features).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 started=$(date +%s)
-step() { echo "check: $* ($(($(date +%s) - started)) s)"; }
+step() { echo "[check $(($(date +%s) - started)) s] $*"; }
 
 if ! command -v cargo >/dev/null; then
   echo "check.sh: cargo is not on PATH (install Rust with rustup)" >&2
@@ -28,6 +30,8 @@ step "alert rules (promtool)"
 bash scripts/check_alerts.sh
 step "lints (cargo clippy --workspace --all-targets -- -D warnings)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-step "unit tests (cargo test --lib)"
-cargo test --lib --locked
+step "the test build (cargo build --workspace --all-targets)"
+cargo build --workspace --all-targets --locked
+step "unit tests (cargo test --workspace --lib --bins)"
+cargo test --workspace --lib --bins --locked
 step "passed"
