@@ -91,8 +91,12 @@ ensure_hydra() {
   mkdir -p "$STATE/hydra"
   t0=$(date +%s)
   log "hydra: building ORY Hydra $HYDRA_VERSION from the Go module proxy (once; a few minutes on 2 cores)"
-  (cd "$ROOT/services/hydra" && CGO_ENABLED=1 go build -trimpath -tags sqlite,sqlite_omit_load_extension \
-     -ldflags "-X github.com/ory/hydra/v2/driver/config.Version=$HYDRA_VERSION" \
+  # A test server: no inlining, SQLite at -O1 without debug info, no DWARF in the binary.
+  # A third less CPU to build (148 instead of 222 s on 2 cores) for a server that answers a
+  # few token requests.
+  (cd "$ROOT/services/hydra" && CGO_ENABLED=1 CGO_CFLAGS="-O1 -g0" go build -trimpath \
+     -tags sqlite,sqlite_omit_load_extension -gcflags=all=-l \
+     -ldflags "-s -w -X github.com/ory/hydra/v2/driver/config.Version=$HYDRA_VERSION" \
      -o "$HYDRA_BIN.tmp" github.com/ory/hydra/v2) </dev/null >"$LOGS/hydra-build.log" 2>&1 ||
     { tail -n 30 "$LOGS/hydra-build.log" >&2; die "hydra: go build failed"; }
   find "$STATE/hydra" -maxdepth 1 -name 'hydra-v*' ! -name "$(basename "$HYDRA_BIN").tmp" -delete

@@ -49,7 +49,9 @@ stamp "$(tail -n 1 "$SERVICES_LOG")"
 # shellcheck disable=SC1091
 source "$STATE/env"
 
-export PROTOC=${PROTOC:-$(command -v protoc)}
+# The gate's compiler settings: the integration tests run from its build.
+# shellcheck source=scripts/cargo_env.sh
+source scripts/cargo_env.sh
 # A failing test's own message, not a backtrace per failure: CI shows only the output's tail.
 export RUST_BACKTRACE=${FC_TEST_BACKTRACE:-0}
 
