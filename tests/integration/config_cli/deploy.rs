@@ -14,6 +14,7 @@ fn python_with_validator() -> String {
     let python = crate::online::feast_python();
     let has = Command::new(&python)
         .args(["-c", "import check_jsonschema"])
+        .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !has {
