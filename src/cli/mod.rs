@@ -36,13 +36,14 @@ enum Command {
     Run(ConfigArgs),
     /// Check the service file, every pipeline file and their schemas; exit 2 on problems.
     Validate(ConfigArgs),
-    /// Publish deterministic sample Avro events to a pipeline's topic (runs the separate
-    /// `feature-connector-loadgen` binary installed beside this one).
+    /// Publish deterministic sample events, Avro or JSON as the pipeline reads, to its topic
+    /// (runs the separate `feature-connector-loadgen` binary installed beside this one).
     #[command(disable_help_flag = true)]
     Produce(produce::ProduceArgs),
     /// Read a retained topic into a pipeline's offline store only (idempotent).
     Backfill(backfill::BackfillArgs),
-    /// Maintain a pipeline's offline Delta table: compact small files, vacuum old ones.
+    /// Maintain a pipeline's offline Delta table: compact small files, vacuum old ones,
+    /// upgrade a folder of an older version into the table.
     Offline(offline::OfflineArgs),
     /// Print the online feature values of entities as JSON.
     Get(get::GetArgs),

@@ -14,7 +14,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Publish deterministic sample Avro events to a pipeline's topic.
+    /// Publish deterministic sample events (Avro or JSON, as the pipeline reads) to its topic.
     Produce(feature_connector_loadgen::produce::ProduceArgs),
 }
 

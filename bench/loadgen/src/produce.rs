@@ -1,5 +1,6 @@
-//! `feature-connector produce` (this crate's binary): sample Avro events, published with the pipeline's schema so
-//! the broker registers it and stamps each message with its schema version.
+//! `feature-connector produce` (this crate's binary): sample events, Avro or JSON as the
+//! pipeline reads, published with the pipeline's schema so the broker registers it and stamps
+//! each message with its schema version.
 
 use std::process::ExitCode;
 use std::time::Instant;
