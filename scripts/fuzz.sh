@@ -2,6 +2,7 @@
 # Nightly-style fuzzing: runs each cargo-fuzz target (fuzz/fuzz_targets/) for a bounded time.
 #
 #   bash scripts/fuzz.sh [seconds-per-target=60] [target...]
+#   FUZZ_RUNS=10000000 bash scripts/fuzz.sh 0 [target...]   # a number of executions instead
 #
 # Installs what is missing (the nightly toolchain through rustup, cargo-fuzz from crates.io).
 # Seeds come from the repository (the pipeline, service and schema files, sample payloads);
@@ -32,14 +33,34 @@ seed() {
   cp tests/fuzz_regressions/"$target"/* "$dir"/ 2>/dev/null || true
 }
 
-failed=0
+limit=(-max_total_time="$SECONDS_PER_TARGET")
+if [[ -n ${FUZZ_RUNS:-} ]]; then limit=(-runs="$FUZZ_RUNS"); fi
+
+# Exit status: 0 clean, 1 a crash (its input saved), 2 a target that does not build or a
+# fuzzer that stopped without saving an input.
+status=0
 for target in "${TARGETS[@]}"; do
   seed "$target"
-  echo "[fuzz] $target for ${SECONDS_PER_TARGET}s"
-  if ! (cd fuzz && cargo +nightly fuzz run -O "$target" "corpus/$target" -- \
-        -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1); then
-    echo "[fuzz] $target: crash; input in fuzz/artifacts/$target/" >&2
-    failed=1
+  if ! (cd fuzz && cargo +nightly fuzz build -O "$target"); then
+    echo "[fuzz] $target: the target does not build (see the compiler's errors above)" >&2
+    status=2
+    continue
+  fi
+  artifacts=fuzz/artifacts/$target
+  mkdir -p "$artifacts"
+  before=$(find "$artifacts" -type f | wc -l)
+  echo "[fuzz] $target: ${limit[*]}"
+  if (cd fuzz && cargo +nightly fuzz run -O "$target" "corpus/$target" -- \
+        "${limit[@]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1); then
+    continue
+  fi
+  if (($(find "$artifacts" -type f | wc -l) > before)); then
+    newest=$(find "$artifacts" -type f -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
+    echo "[fuzz] $target: crash; input in $newest" >&2
+    ((status == 2)) || status=1
+  else
+    echo "[fuzz] $target: the fuzzer stopped with an error and saved no input (see above)" >&2
+    status=2
   fi
 done
-exit $failed
+exit $status

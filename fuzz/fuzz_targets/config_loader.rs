@@ -1,6 +1,8 @@
 //! Any text as a pipeline file and as a service file: the loader must answer with a config
 //! or with located issues, never panic.
 #![no_main]
+// A failing set-up or a broken promise panics on purpose: a panic is what the fuzzer reports.
+#![allow(clippy::expect_used)]
 
 use std::path::Path;
 use std::sync::OnceLock;

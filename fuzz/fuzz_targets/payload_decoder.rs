@@ -1,6 +1,8 @@
 //! Any payload, Avro or JSON, through the pipeline's decoder: it must come back as rows or
 //! as dead-letter reasons, never as a panic, a hang or an unbounded allocation.
 #![no_main]
+// A failing set-up or a broken promise panics on purpose: a panic is what the fuzzer reports.
+#![allow(clippy::expect_used)]
 
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
@@ -52,6 +54,7 @@ fn message(payload: &[u8]) -> SourceMessage {
             topic: "persistent://public/default/fuzz".into(),
             offset: (0, 0, -1),
             entry_size: None,
+            origin: None,
         },
         payload: payload.to_vec(),
         schema_version: None,

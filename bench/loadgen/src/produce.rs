@@ -21,6 +21,7 @@ use crate::sample::{sample_record_at, SampleSpec};
 /// Options of `produce`.
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
+    /// Where the service file and the pipeline files are.
     #[command(flatten)]
     pub config: ConfigArgs,
     /// Pipeline whose topic, schema, keys and event time to use.
