@@ -48,7 +48,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import (ADMIN, BIN, CORES, REDIS_URL, Process, at_least, at_most, connector_acked,  # noqa: E402
+from run import (BIN, CORES, REDIS_URL, Process, at_least, at_most, connector_acked,  # noqa: E402
                  connector_metrics,
                  delete_topic, ensure_namespace, fmt, free_port, proc_cpu_seconds, ratio, redis_cli, redis_info,
                  verdict)
@@ -361,7 +361,7 @@ def main():
                                        BENCH_SERVING_CACHE=str(args.cache_entities),
                                        BENCH_SERVING_THREADS=str(args.cached_threads)))
             logged.append((key, rate, process, log_port, log_http))
-            wait_until(f"the replica logging {rate:.0%} to serve", lambda: port_open(log_port), timeout=60, every=0.1)
+            wait_until(f"the replica logging {rate:.0%} to serve", lambda port=log_port: port_open(port), timeout=60, every=0.1)
             compare_answers(log_port, feast_port, args)
         floor_ports = {key: free_port() for key in FLOORS} if 1 in sizes else {}
         if floor_ports:
@@ -403,7 +403,7 @@ def main():
         latency_files = {m: [] for m in measurements}
         log(f"warming every contender up, then {args.rounds} interleaved rounds of "
             f"{args.duration_s / args.rounds:.1f} s per measurement")
-        for key, label, mode, target, server in contenders:
+        for key, _label, mode, target, _server in contenders:
             for size in sizes if key not in FLOORS else [1]:
                 loadgen(mode, target, size, args, {}, 1.0, project=project)
         for round_ in range(args.rounds):
@@ -475,7 +475,7 @@ def start_floors(work, ports, prefix, args, serving_port):
                                 "--prefix", prefix, "--entities", str(args.entities),
                                 "--answer-bytes", str(answer_bytes)], log_path=work / f"{key}.log"))
     for key, port in ports.items():
-        wait_until(f"the {key} server", lambda: port_open(port), timeout=30, every=0.1)
+        wait_until(f"the {key} server", lambda port=port: port_open(port), timeout=30, every=0.1)
     return servers
 
 
@@ -593,7 +593,7 @@ def render(args, rows, floors, ingest_s, rss, load_before, load_after, sizes, ca
         lines.append(f"The cached replica: {cache['hit']:,} of {reads:,} entity reads answered from its cache "
                      f"({fmt(100 * cache['hit'] / max(reads, 1), 1)} %, warm-ups included), "
                      f"{cache['invalidations']:,} invalidations, RSS {fmt(cache['rss'])} MB after the run.")
-    for key, (rate, logged_rows, dropped_rows, log_rss) in log_counts.items():
+    for rate, logged_rows, dropped_rows, log_rss in log_counts.values():
         lines.append(f"The replica logging {rate:.0%} of entities: {logged_rows:,} rows logged (committed before "
                      f"its /metrics was read), {dropped_rows:,} dropped, RSS {fmt(log_rss)} MB after the run.")
     lines.append("")

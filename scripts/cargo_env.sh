@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/check.sh and scripts/test.sh: one set of compiler settings for every
 # cargo command of the test command, so that the tree is compiled once.
 #

@@ -72,5 +72,5 @@ echo "== redis-cli HGETALL fc:user_profile:user-42"
 redis-cli -h 127.0.0.1 HGETALL fc:user_profile:user-42
 echo
 echo "== offline Delta table data/offline/user_profile: newest commits, then data files"
-ls data/offline/user_profile/_delta_log | tail -3
+find data/offline/user_profile/_delta_log -maxdepth 1 -name '*.json' -printf '%f\n' | sort | tail -3
 find data/offline/user_profile -name '*.parquet' -not -path '*/_delta_log/*' -printf '%p  %s bytes\n' | sort | tail -5

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/services.sh (uses its helpers and variables): the services that test
 # Pulsar authentication beyond the broker's own JWT.
 #

@@ -178,6 +178,7 @@ ensure_packages() {
   command -v openssl >/dev/null || missing+=(openssl)
   command -v protoc >/dev/null || missing+=(protobuf-compiler)
   command -v curl >/dev/null || missing+=(curl)
+  command -v shellcheck >/dev/null || missing+=(shellcheck)
   command -v mvn >/dev/null || missing+=(maven)
   pick_java || missing+=(openjdk-17-jdk-headless)
   if ((${#missing[@]})); then
@@ -203,7 +204,7 @@ ensure_moto() {
   log "pip: installing moto[server]==$MOTO_VERSION"
   if python3 -m pip install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION" \
        >"$LOGS/pip.log" 2>&1; then
-    command -v pyenv >/dev/null && pyenv rehash 2>/dev/null || true
+    if command -v pyenv >/dev/null; then pyenv rehash 2>/dev/null || true; fi
     hash -r
     if command -v moto_server >/dev/null; then MOTO_CMD=(moto_server); return; fi
     MOTO_CMD=("$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/moto_server")

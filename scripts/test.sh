@@ -22,7 +22,9 @@ if [[ ${CI:-} == true ]]; then
   trap 'bash scripts/services.sh stop >/dev/null 2>&1 || true' EXIT
 fi
 stamp "starting the services in the background (log: $SERVICES_LOG)"
-# Its own process group, so that a failing gate can stop it whole.
+# Its own process group, so that a failing gate can stop it whole. The script is in single
+# quotes on purpose: the child shell expands it.
+# shellcheck disable=SC2016
 setsid bash -c 'set -e
   started=$(date +%s)
   bash scripts/services.sh start

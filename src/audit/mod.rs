@@ -6,7 +6,7 @@
 //! both stores in between shows as online ahead, never as a defect. `feature-connector
 //! audit` runs it once ([`audit`]); `run` runs it on a sample at an interval
 //! ([`continuous`]); `audit --served` compares the log of served features with the table
-//! at each request's time ([`served`]).
+//! at each request's time (`served`).
 
 mod classify;
 mod config;

@@ -1,7 +1,7 @@
 //! HTTP plumbing shared by the process's two listeners, each on its own bind address:
 //!
 //! - probes (`http.bind`): `/healthz`, `/readyz`, `/metrics`; safe to expose to kubelet and
-//!   Prometheus ([`probes`]);
+//!   Prometheus (`probes`);
 //! - feature reads (`serving.bind`), whose routes are the `serving` module's.
 //!
 //! Both run on [`listener`]'s accept loop (header timeout, connection cap, graceful drain);

@@ -5,7 +5,7 @@
 //!   tracking; `feature-connector get` uses it directly.
 //! - The serving listener (`serving.bind`, [`serve_reads`]) answers Feast's
 //!   `POST /get-online-features` ([`feast`]) and `/v1/features/{view}` ([`v1`]) behind the
-//!   [`guard`] (bearer token, request slots) and the body limits ([`body`]).
+//!   `guard` (bearer token, request slots) and the body limits (`body`).
 //! - [`ServingConfig`] is the service file's `serving:` section with its checks.
 //! - [`FeatureLog`] logs the rows `/get-online-features` answered to a Delta table per view
 //!   (`serving.feature_logging`), for the entities [`entity_hash`] picks.

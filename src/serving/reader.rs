@@ -167,7 +167,7 @@ impl ViewFields {
 impl FeatureReader {
     /// A reader for the `views` given that connects on its first read; with `cache`, it
     /// keeps entities' replies in memory until Redis says they changed (one server only:
-    /// see [`super::read_cache`]).
+    /// see `super::read_cache`).
     pub fn new(
         service: &RedisServiceConfig,
         views: impl IntoIterator<Item = FeatureView>,

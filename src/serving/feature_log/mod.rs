@@ -1,13 +1,13 @@
 //! Logging served features (`serving.feature_logging`): the rows of every
 //! `/get-online-features` answer, for the views named and a share of their entities, in a
-//! Delta table per view at `<url>/<view>` (columns in [`rows`]), so that a training set "as
+//! Delta table per view at `<url>/<view>` (columns in `rows`), so that a training set "as
 //! served" is one join away and an audit can compare served values with the offline table.
 //!
 //! Serving never waits on it: once the answer is written, [`FeatureLog::offer`] hands the
 //! request's rows (the join keys and what Redis held, moved, not copied) to a queue bounded
 //! in rows (`queue_rows`, counting rows until their commit); when it is full the rows are
 //! dropped and counted (`feature_log_rows{outcome="dropped"}`). One task per process
-//! ([`writer`]) turns them into Arrow batches per view, writes ZSTD Parquet files and commits
+//! (`writer`) turns them into Arrow batches per view, writes ZSTD Parquet files and commits
 //! them through the offline sink's Delta machinery, once `rollover_rows` rows of a view wait
 //! or its oldest waited `rollover_interval`; a failed write or commit is retried with
 //! backoff, and what it holds at shutdown is committed before the process exits.

@@ -272,7 +272,7 @@ pub fn entity_key(project: &str, keys: &[(&str, KeyValue<'_>)]) -> Vec<u8> {
     out
 }
 
-/// The join keys (name, value as text) of a key [`entity_key`] made for `project`; `None`
+/// The join keys (name, value as text) of a key `entity_key` made for `project`; `None`
 /// for a key of another project or not in that serialization.
 pub fn decode_entity_key(key: &[u8], project: &str) -> Option<Vec<(String, String)>> {
     let serialized = key.strip_suffix(project.as_bytes())?;

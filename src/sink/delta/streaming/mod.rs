@@ -78,7 +78,7 @@ impl DeltaSink {
         }
     }
 
-    /// Whether copies replicated from other clusters become rows (see [`origins`]).
+    /// Whether copies replicated from other clusters become rows (see `origins`).
     pub fn set_offline_origins(&mut self, origins: OfflineOrigins) {
         self.offline_origins = origins;
     }
