@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The fast gate, no services: formatting, the source layout's rules, commit subjects, the
 # shell and Python scripts' linters, the alert rules, then the one test build of the
-# workspace with clippy's lints (warnings are errors), its unit tests and the API docs. `bash scripts/test.sh` runs it first, so a style or logic slip
-# fails within minutes; the integration tests later run from the same build (nothing is
-# compiled twice: scripts/cargo_env.sh gives every cargo command the same settings, and each
-# selects `--workspace`).
+# workspace with clippy's lints (warnings are errors), its unit tests and the API docs.
+# `bash scripts/test.sh` runs it first, so a style or logic slip fails within minutes; the
+# integration tests later run from the same build (nothing is compiled twice:
+# scripts/cargo_env.sh gives every cargo command the same settings, and each selects
+# `--workspace`).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
