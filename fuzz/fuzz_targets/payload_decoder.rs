@@ -42,7 +42,7 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
     };
     // Messages without a schema version use the reader schema: no registry call is made.
     let registry = SchemaRegistry::new(feature_connector::source::pulsar::PulsarAdmin::new(
-        reqwest::Client::new(),
+        feature_connector::tls::http_client(),
         "http://127.0.0.1:9",
     ));
     PayloadDecoder::new(spec, registry).expect("decoder")
