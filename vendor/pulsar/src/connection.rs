@@ -803,7 +803,7 @@ impl<Exe: Executor> ConnectionSender<Exe> {
         match via {
             SendChannel::Control => {
                 self.control_tx.try_send(msg).map_err(|e| {
-                    warn!(
+                    debug!(
                         "connection {} disconnected when sending the message: {}",
                         self.connection_id, e
                     );
@@ -812,7 +812,7 @@ impl<Exe: Executor> ConnectionSender<Exe> {
             }
             SendChannel::DataBlocking => {
                 self.data_tx.send(msg).await.map_err(|e| {
-                    warn!(
+                    debug!(
                         "connection {} disconnected when sending the message: {}",
                         self.connection_id, e
                     );
@@ -824,7 +824,7 @@ impl<Exe: Executor> ConnectionSender<Exe> {
                     if e.is_full() {
                         ConnectionError::SlowDown
                     } else {
-                        warn!(
+                        debug!(
                             "connection {} disconnected when sending the message: {}",
                             self.connection_id, e
                         );
