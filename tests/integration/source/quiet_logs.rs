@@ -22,6 +22,19 @@ async fn project_on_own_namespace(prefix: &str, partitions: u32) -> Project {
     project
 }
 
+/// Starts a replica of `project`'s pipelines: its own instance id, probes port and log
+/// (`<name>.log`).
+fn start_replica(project: &Project, name: &str) -> Connector {
+    let port = free_port().to_string();
+    project.start_with_env(
+        &format!("{name}.log"),
+        &[
+            ("FC_INSTANCE_ID", name),
+            ("FC_HTTP_BIND", &format!("127.0.0.1:{port}")),
+        ],
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_shutdown_restart_and_backfill_log_no_warning() {
     let project = project_on_own_namespace("quiet", 0).await;
@@ -69,21 +82,11 @@ async fn a_partition_hand_over_between_replicas_logs_no_warning() {
         "online:\n  enabled: false",
         "offline:\n  url: file://offline\n  rollover_rows: 1000\n  rollover_interval: 1s",
     );
-    let replica = |name: &str| {
-        let port = free_port().to_string();
-        project.start_with_env(
-            &format!("{name}.log"),
-            &[
-                ("FC_INSTANCE_ID", name),
-                ("FC_HTTP_BIND", &format!("127.0.0.1:{port}")),
-            ],
-        )
-    };
-    let first = replica("a");
+    let first = start_replica(&project, "a");
     project.produce("handover", 4_000, 400, BASE, 20);
     // The second replica takes one partition over from the first (Failover), then the first
     // stops and hands the other over too.
-    let second = replica("b");
+    let second = start_replica(&project, "b");
     tokio::time::sleep(Duration::from_secs(3)).await;
     project.produce("handover", 4_000, 400, BASE + 4_000, 20);
     let (code, first_log) = first.stop_with_log();
@@ -109,18 +112,8 @@ async fn a_large_backfill_beside_running_replicas_logs_no_warning() {
         "online:\n  enabled: false",
         "offline:\n  url: file://offline\n  rollover_rows: 50000\n  rollover_interval: 2s",
     );
-    let replica = |name: &str| {
-        let port = free_port().to_string();
-        project.start_with_env(
-            &format!("{name}.log"),
-            &[
-                ("FC_INSTANCE_ID", name),
-                ("FC_HTTP_BIND", &format!("127.0.0.1:{port}")),
-            ],
-        )
-    };
-    let first = replica("a");
-    let second = replica("b");
+    let first = start_replica(&project, "a");
+    let second = start_replica(&project, "b");
     // Producer batches of 100: the readers tear down with thousands of entries in flight,
     // which is where pulsar-rs's "cannot send a message from the consumer engine" and
     // "tx returned SendError" lines came from.
