@@ -7,7 +7,7 @@ and prints redis-server CPU µs per entity (/proc) for each:
             running a write inside Lua costs before any latest-wins logic
   floor     the least any Lua latest-wins can do: per entity one HGET of the stored time and
             one HSET, fields named once per call (256 entities per EVALSHA)
-  connector the connector's own script (read from src/sink/redis/writer.rs), same calls
+  connector the connector's own script (read from src/redis/writer.rs), same calls
 Each runs on empty keys, then again over the keys it wrote (newer times: every entity written).
 
 usage: python3 bench/latest_wins_floor.py   (needs the `redis` package: bench/peers/setup_venv.sh)
@@ -40,7 +40,7 @@ return 0
 HSET_ONLY = FLOOR.replace("""  local stored = redis.call('HGET', KEYS[k], ARGV[2])
   if not stored or tonumber(stored) <= at then""", "  do")
 assert HSET_ONLY != FLOOR
-source = (ROOT / "src/sink/redis/writer.rs").read_text()
+source = (ROOT / "src/redis/writer.rs").read_text()
 CONNECTOR = re.search(r'const LATEST_WINS_LUA: &str = r"(.*?)";', source, re.S).group(1)
 
 with tempfile.TemporaryDirectory() as data:

@@ -8,11 +8,14 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod delta;
 pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;
+pub mod pulsar;
 pub mod record;
+pub mod redis;
 pub mod retry;
 pub mod schema;
 pub mod secret;

@@ -41,7 +41,7 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
         capacity: 16,
     };
     // Messages without a schema version use the reader schema: no registry call is made.
-    let registry = SchemaRegistry::new(feature_connector::source::pulsar::PulsarAdmin::new(
+    let registry = SchemaRegistry::new(feature_connector::pulsar::PulsarAdmin::new(
         feature_connector::tls::http_client(),
         "http://127.0.0.1:9",
     ));

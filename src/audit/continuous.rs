@@ -24,10 +24,10 @@ use super::{
     compare_with_online, entity_hash, AuditConfig, AuditError, AuditReport, AuditTarget, EntityKey,
     OfflineRow, Outcome, Selection, TableRead,
 };
+use crate::delta::Table;
 use crate::metrics::{
     AuditFeatureLabels, AuditOutcomeLabels, AuditRunLabels, Metrics, PipelineLabels,
 };
-use crate::sink::delta::Table;
 
 /// Audits `targets` every `config.interval` until `cancel` fires.
 pub async fn run(

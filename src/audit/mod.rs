@@ -27,10 +27,10 @@ pub use report::{AuditReport, Example, FeatureReport, LagReport};
 pub use sample::{entity_hash, Selection};
 pub use served::audit_served;
 
+use crate::delta::{Table, TableError, TableLocation};
 use crate::record::RowLayout;
+use crate::redis::RedisServiceConfig;
 use crate::serving::{FeatureReader, FeatureView, QueryError};
-use crate::sink::delta::{Table, TableError, TableLocation};
-use crate::sink::redis::RedisServiceConfig;
 use report::{ReportHead, Tally};
 use sample::Sampler;
 
@@ -50,7 +50,7 @@ pub enum AuditError {
     TableLog(#[from] TableError),
     /// The online store's client could not be set up.
     #[error("online store: {0}")]
-    OnlineSetup(#[from] crate::sink::redis::RedisSetupError),
+    OnlineSetup(#[from] crate::redis::RedisSetupError),
     /// Scanning the online store's keys failed.
     #[error("online store: scanning keys: {0}")]
     Scan(#[from] redis::RedisError),

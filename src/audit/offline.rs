@@ -19,10 +19,10 @@ use super::classify::{EntityKey, OfflineRow};
 use super::sample::{entity_hash, Offered, SampleFilter, Sampler};
 use super::values::table_value;
 use super::{AuditError, TableRead};
+use crate::delta::ops::partition_end_ms;
+use crate::delta::{ActiveFile, Table};
 use crate::record::{event_time_millis, RowLayout};
 use crate::serving::KeyHasher;
-use crate::sink::delta::ops::partition_end_ms;
-use crate::sink::delta::{ActiveFile, Table};
 
 /// Files read at once.
 const FILES_AT_ONCE: usize = 4;
@@ -237,7 +237,7 @@ pub async fn history_rows(
 
 /// When the partition `values` starts, epoch ms (its end less an hour or a day).
 fn partition_start_ms(values: &std::collections::BTreeMap<String, Option<String>>) -> Option<i64> {
-    let span = if values.contains_key(crate::sink::delta::HOUR_COLUMN) {
+    let span = if values.contains_key(crate::delta::HOUR_COLUMN) {
         3_600_000
     } else {
         86_400_000

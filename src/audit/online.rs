@@ -8,9 +8,9 @@ use serde_json::Value;
 use super::classify::{EntityKey, OnlineRow};
 use super::sample::{entity_hash, Offered, Sampler};
 use super::AuditError;
+use crate::redis::feast::decode_entity_key;
+use crate::redis::{LayoutKind, RedisClient, RedisServiceConfig};
 use crate::serving::{FeatureReader, FeatureView, Found, Lookup, ValueStyle};
-use crate::sink::redis::feast::decode_entity_key;
-use crate::sink::redis::{LayoutKind, RedisClient, RedisServiceConfig};
 
 /// Entities per pipelined round trip.
 const ENTITIES_PER_READ: usize = 1_000;

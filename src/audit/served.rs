@@ -17,8 +17,8 @@ use super::offline::{feature_values, fold_file, history_rows, key_columns, requi
 use super::report::{AuditReport, ReportHead};
 use super::sample::{entity_hash, Offered, Sampler, Selection};
 use super::{AuditError, AuditTarget, TableRead};
+use crate::delta::{Table, TableLocation};
 use crate::record::event_time_millis;
-use crate::sink::delta::{Table, TableLocation};
 
 /// The log table's request-time column.
 pub const LOG_TIMESTAMP: &str = "__log_timestamp";

@@ -11,7 +11,7 @@ use clap::Args;
 use super::{ConfigArgs, EXIT_CONFIG};
 use crate::audit::{AuditTarget, EntityKey, Selection};
 use crate::config::{PipelineConfig, ServiceConfig};
-use crate::sink::delta::TableRoot;
+use crate::delta::TableRoot;
 
 /// Exit status when an entity is in a defect class (table ahead, skew, missing online).
 pub const EXIT_DEFECTS: u8 = 1;
@@ -133,7 +133,7 @@ pub fn audit_target(
     service: &ServiceConfig,
     pipeline: &PipelineConfig,
     root: &Path,
-) -> Option<Result<AuditTarget, crate::sink::delta::StoreError>> {
+) -> Option<Result<AuditTarget, crate::delta::StoreError>> {
     let view = pipeline.feature_view()?;
     pipeline.sinks.offline.as_ref()?;
     Some(

@@ -10,10 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{ConfigArgs, EXIT_CONFIG};
 use crate::config::{PipelineConfig, ServiceConfig};
-use crate::sink::delta::ops::{self, plan_compaction};
-use crate::sink::delta::{
-    metadata_keys, writer_properties, FileCount, Table, TableRoot, TableSpec,
-};
+use crate::delta::ops::{self, plan_compaction};
+use crate::delta::{metadata_keys, writer_properties, FileCount, Table, TableRoot, TableSpec};
 
 /// Options of `offline`.
 #[derive(Debug, Args)]
@@ -169,7 +167,7 @@ fn bar(total: usize, what: &str) -> ProgressBar {
 
 async fn compact(
     table: &mut Table,
-    offline: &crate::sink::delta::DeltaSinkConfig,
+    offline: &crate::delta::DeltaSinkConfig,
     older_than: Duration,
     target_bytes: u64,
 ) -> anyhow::Result<()> {
@@ -246,7 +244,7 @@ async fn upgrade(
     service: &ServiceConfig,
     pipeline: &PipelineConfig,
     config: &ConfigArgs,
-    offline: &crate::sink::delta::DeltaSinkConfig,
+    offline: &crate::delta::DeltaSinkConfig,
 ) -> anyhow::Result<()> {
     let url = offline
         .url

@@ -6,8 +6,8 @@ use clap::{Args, Subcommand};
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::PipelineConfig;
+use crate::pulsar::{resolve_partitions, PulsarServiceConfig, PulsarSource};
 use crate::schema::{check_writer, schema_topic, Compatibility, SchemaRegistry, WriterRejected};
-use crate::source::pulsar::{resolve_partitions, PulsarServiceConfig, PulsarSource};
 
 /// Options of `schemas`.
 #[derive(Debug, Args)]

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::{ConfigError, PipelineConfig, ServiceConfig};
 use crate::pipeline::plan_lanes;
+use crate::pulsar::Delivery;
 use crate::serving::FeatureView;
-use crate::source::pulsar::Delivery;
 
 /// What the pipeline's `delivery` gives and gives up, for `validate`.
 fn delivery_trade_off(delivery: Delivery) -> &'static str {

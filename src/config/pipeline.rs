@@ -7,13 +7,13 @@ use serde::Deserialize;
 
 use super::ServiceConfig;
 use super::{issue_at, resolve_path, ConfigError, ConfigIssue, Spanned};
+use crate::delta::DeltaSinkConfig;
+use crate::pulsar::PulsarSourceConfig;
 use crate::record::RowLayout;
+use crate::redis::{overlapping_key_spaces, RedisSinkConfig};
 use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
 use crate::serving::FeatureView;
-use crate::sink::delta::DeltaSinkConfig;
-use crate::sink::redis::{overlapping_key_spaces, RedisSinkConfig};
 use crate::sink::{PipelineShape, SinkBuilder, SinkSection};
-use crate::source::pulsar::PulsarSourceConfig;
 use crate::yaml::read_yaml_file_recovering;
 
 /// Declares the pipeline file and the list of sink kinds, one line per sink:

@@ -6,10 +6,10 @@ use serde::Deserialize;
 
 use super::{parse_yaml, read_yaml_file, ConfigError, ConfigIssue, PipelineConfig};
 use crate::audit::AuditConfig;
+use crate::delta::{ObjectStoreServiceConfig, StoreError, TableLocation, TableRoot};
+use crate::pulsar::PulsarServiceConfig;
+use crate::redis::{RedisMode, RedisServiceConfig};
 use crate::serving::ServingConfig;
-use crate::sink::delta::{ObjectStoreServiceConfig, StoreError, TableLocation, TableRoot};
-use crate::sink::redis::{RedisMode, RedisServiceConfig};
-use crate::source::pulsar::PulsarServiceConfig;
 
 /// The service config compiled into the binary (`config/default.yaml`): local services on
 /// 127.0.0.1 and the offline store on local disk, each overridable from the environment.

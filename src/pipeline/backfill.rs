@@ -12,14 +12,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::{DeadLetter, DeadLetterTarget, Lane, RuntimeError};
 use crate::config::{PipelineConfig, ServiceConfig};
+use crate::delta::DeltaSinkBuilder;
 use crate::health::Health;
 use crate::metrics::{LaneLabels, Metrics};
-use crate::schema::{PayloadDecoder, SchemaRegistry, TopicDecoders};
-use crate::sink::delta::DeltaSinkBuilder;
-use crate::sink::{SinkBuilder, SinkContext};
-use crate::source::pulsar::{
+use crate::pulsar::{
     resolve_partitions, PublishRange, PulsarAdmin, PulsarReaderSource, PulsarSource, TopicName,
 };
+use crate::schema::{PayloadDecoder, SchemaRegistry, TopicDecoders};
+use crate::sink::{SinkBuilder, SinkContext};
 
 /// What to read.
 #[derive(Debug, Clone)]

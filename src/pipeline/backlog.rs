@@ -8,7 +8,7 @@ use pulsar::{Pulsar, TokioExecutor};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{LaneLabels, Metrics};
-use crate::source::pulsar::{resolve_partitions, PulsarAdmin, PulsarSourceConfig};
+use crate::pulsar::{resolve_partitions, PulsarAdmin, PulsarSourceConfig};
 
 /// One lane's subscription to watch.
 #[derive(Debug, Clone)]

@@ -8,10 +8,10 @@ use pulsar::{Pulsar, TokioExecutor};
 use tokio_util::sync::CancellationToken;
 
 use super::dead_letter_log::{DeadLetterLog, Logged, DEAD_LETTER_LOG_INTERVAL};
+use crate::pulsar::{stream_topic, AdminError, PulsarAdmin, PulsarSourceConfig};
 use crate::retry::Backoff;
 use crate::schema::DecodeFailure;
 use crate::sink::SinkError;
-use crate::source::pulsar::{stream_topic, AdminError, PulsarAdmin, PulsarSourceConfig};
 use crate::source::SourceMessage;
 
 /// Why one attempt to publish dead letters failed.

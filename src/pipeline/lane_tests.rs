@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::*;
+use crate::pulsar::PulsarAdmin;
 use crate::schema::{
     Compatibility, DecoderSpec, PayloadDecoder, PayloadFormat, ReaderSchema, SchemaRegistry,
 };
-use crate::source::pulsar::PulsarAdmin;
 
 const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
     {"name":"id","type":"string"},{"name":"ts","type":"long"},{"name":"v","type":"double"}]}"#;

@@ -28,11 +28,12 @@ pub use lane::{Lane, LaneError};
 use crate::config::{PipelineConfig, ServiceConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::pulsar::{
+    CredentialError, Delivery, PulsarAdmin, PulsarError, PulsarSkippedEntries, PulsarSource,
+    SubscriptionKind,
+};
 use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
 use crate::sink::{Sink, SinkBuilder, SinkContext};
-use crate::source::pulsar::{
-    CredentialError, Delivery, PulsarAdmin, PulsarSkippedEntries, PulsarSource, SubscriptionKind,
-};
 use crate::source::{AckMode, OfflineOrigins, SkippedEntries, SourceError};
 
 /// The runtime could not start or a lane failed.
@@ -60,6 +61,12 @@ pub enum RuntimeError {
 impl From<SourceError> for RuntimeError {
     fn from(e: SourceError) -> Self {
         RuntimeError::Source(Box::new(e))
+    }
+}
+
+impl From<PulsarError> for RuntimeError {
+    fn from(e: PulsarError) -> Self {
+        RuntimeError::Source(Box::new(e.into()))
     }
 }
 
@@ -204,7 +211,7 @@ async fn build_lanes(
             ..
         } = plan;
         // What the broker skips it acknowledges in this lane's cursor (see
-        // source::pulsar::skipped): the sinks ask it before waiting on a gap.
+        // pulsar::skipped): the sinks ask it before waiting on a gap.
         let skipped: Arc<dyn SkippedEntries> = Arc::new(PulsarSkippedEntries::new(
             context.admin.clone(),
             subscription.clone(),

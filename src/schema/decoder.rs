@@ -15,8 +15,8 @@ use super::row_decoders::{
     arrow_schema_of, build_row_decoder, PayloadError, PayloadFormat, RowDecoder,
 };
 use super::{check_writer, Compatibility, ReaderSchema, SchemaRegistry};
+use crate::pulsar::AdminError;
 use crate::record::event_time_millis;
-use crate::source::pulsar::AdminError;
 use crate::source::SourceMessage;
 
 /// A message that cannot be decoded, and why; it goes to the dead-letter topic.

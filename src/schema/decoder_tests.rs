@@ -5,7 +5,7 @@ use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
 
 use super::*;
-use crate::source::pulsar::PulsarAdmin;
+use crate::pulsar::PulsarAdmin;
 use crate::source::MessagePosition;
 
 const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use crate::source::pulsar::{parse_admin_answer, AdminError, PulsarAdmin, TopicName};
+use crate::pulsar::{parse_admin_answer, AdminError, PulsarAdmin, TopicName};
 
 /// One registered writer schema version.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 
 use super::{DecodeError, Decoded, PayloadDecoder};
-use crate::source::pulsar::{partitioned_topic, stream_topic};
+use crate::pulsar::{partitioned_topic, stream_topic};
 use crate::source::SourceMessage;
 
 /// Decoders by topic (partitions share their topic's schemas), created on first sight.

@@ -100,7 +100,7 @@ impl FeatureLoggingConfig {
                 "is required: where the logged tables go (e.g. file://served or s3://bucket/served)",
             )),
             Some(url) => {
-                if let Err(why) = crate::sink::delta::check_store_url(url) {
+                if let Err(why) = crate::delta::check_store_url(url) {
                     issues.push(ConfigIssue::at_key(file, &key("url"), why));
                 }
             }

@@ -82,7 +82,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::sink::redis::LayoutKind;
+    use crate::redis::LayoutKind;
 
     fn view(ttl: Option<Duration>) -> FeatureView {
         FeatureView {

@@ -11,7 +11,7 @@
 //!   (`serving.feature_logging`), for the entities [`entity_hash`] picks.
 //!
 //! Serving reads the store the Redis sink writes: connection, key encoding and layouts come
-//! from [`crate::sink::redis`]; no sink knows an HTTP answer format. The listener itself and
+//! from [`crate::redis`]; no sink knows an HTTP answer format. The listener itself and
 //! the JSON error body are [`crate::http`]'s.
 
 mod body;

@@ -13,7 +13,7 @@ use super::feast::FeastJson;
 use super::read_cache::{CachedRow, ReadCache};
 use super::values::ValueStyle;
 use super::view::FeatureView;
-use crate::sink::redis::{RedisClient, RedisConnection, RedisServiceConfig, RedisSetupError};
+use crate::redis::{RedisClient, RedisConnection, RedisServiceConfig, RedisSetupError};
 
 /// A query that cannot be answered.
 #[derive(Debug, thiserror::Error)]

@@ -10,8 +10,8 @@ use arrow::datatypes::DataType;
 use base64::Engine;
 use serde_json::Value;
 
-use crate::sink::redis::feast::{decode_value, decode_value_with};
-use crate::sink::redis::LayoutKind;
+use crate::redis::feast::{decode_value, decode_value_with};
+use crate::redis::LayoutKind;
 
 /// Which JSON shape values take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::reader::QueryError;
 use super::values::{decode, ValueStyle};
-use crate::sink::redis::{entity_key, feast, LayoutKind, RedisSinkConfig, EVENT_TIME_FIELD};
+use crate::redis::{entity_key, feast, LayoutKind, RedisSinkConfig, EVENT_TIME_FIELD};
 
 /// One pipeline's online features as readers see them.
 #[derive(Debug, Clone)]

@@ -3,9 +3,6 @@
 //! in the `sinks!` list of `config/pipeline.rs` gives it its pipeline-file key, and the
 //! runtime wires whatever a pipeline enables to a lane.
 
-pub mod delta;
-pub mod redis;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Sources: where messages come from, and how they are acknowledged once durable.
 
 mod position;
-pub mod pulsar;
+
 mod skipped;
 
 use std::time::Duration;
@@ -12,8 +12,13 @@ pub use self::position::{
     distinct_streams, same_stream, stream_runs, MessagePosition, OfflineOrigins, Offset, Origin,
     StreamNames,
 };
-pub use self::pulsar::SourceError;
 pub use self::skipped::{SkippedEntries, SkippedEntriesError};
+
+/// Why a source could not deliver or acknowledge messages; the technology's own error (e.g.
+/// the Pulsar client's) is kept as the cause.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct SourceError(pub Box<dyn std::error::Error + Send + Sync + 'static>);
 
 /// One message as it came off the topic.
 #[derive(Debug, Clone)]

@@ -179,7 +179,7 @@ pub async fn produce(args: ProduceArgs) -> ExitCode {
 }
 
 async fn publish(
-    service: &feature_connector::source::pulsar::PulsarServiceConfig,
+    service: &feature_connector::pulsar::PulsarServiceConfig,
     pipeline: &feature_connector::config::PipelineConfig,
     topic: &str,
     spec: &SampleSpec,

@@ -15,8 +15,8 @@ use std::time::Instant;
 
 use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
+use feature_connector::delta::{DeltaSink, DeltaSinkConfig, TableRoot, TableSpec};
 use feature_connector::record::RowBatch;
-use feature_connector::sink::delta::{DeltaSink, DeltaSinkConfig, TableRoot, TableSpec};
 use feature_connector::sink::Sink;
 use feature_connector::source::MessagePosition;
 use tokio_util::sync::CancellationToken;

@@ -10,10 +10,10 @@ use serde_json::{json, Value};
 use super::json::feast_timestamp as timestamp;
 use super::request::{plan, OnlineFeaturesRequest};
 use super::response::build;
+use crate::redis::LayoutKind;
 use crate::serving::{
     feature_service_issues, CachedRow, FeatureView, Found, QueryError, ServingConfig,
 };
-use crate::sink::redis::LayoutKind;
 
 fn view(name: &str, keys: &[(&str, DataType)], features: &[(&str, DataType)]) -> FeatureView {
     let own = |list: &[(&str, DataType)]| {

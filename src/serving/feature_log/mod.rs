@@ -33,8 +33,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::sample::SampleRate;
 use super::{FeatureLoggingConfig, FeatureView, Found, Lookup};
+use crate::delta::{LayoutError, StoreError, TableRoot};
 use crate::metrics::{FeatureLogLabels, Metrics};
-use crate::sink::delta::{LayoutError, StoreError, TableRoot};
 pub use rows::{EVENT_TIMESTAMP, LOG_DATE, LOG_TIMESTAMP, REQUEST_ID, STATUS_SUFFIX};
 
 /// The feature log could not start.

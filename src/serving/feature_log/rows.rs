@@ -17,10 +17,10 @@ use base64::Engine;
 use serde_json::Value;
 
 use super::LoggedRequest;
+use crate::delta::{canonical, column_type, LayoutError};
+use crate::redis::feast::{decode_scalar, Scalar};
+use crate::redis::LayoutKind;
 use crate::serving::{FeatureView, ValueStyle};
-use crate::sink::delta::{canonical, column_type, LayoutError};
-use crate::sink::redis::feast::{decode_scalar, Scalar};
-use crate::sink::redis::LayoutKind;
 
 /// The request time (microseconds, UTC).
 pub const LOG_TIMESTAMP: &str = "__log_timestamp";
@@ -359,7 +359,7 @@ mod tests {
     use arrow::datatypes::{Float64Type, Int64Type};
 
     use super::*;
-    use crate::sink::redis::feast::encode_value;
+    use crate::redis::feast::encode_value;
 
     /// A value stored by the Feast layout, appended straight from its bytes and through the
     /// answer's JSON, gives the same column.
@@ -382,8 +382,7 @@ mod tests {
             let mut direct = Staged::for_type(&data_type);
             assert!(direct.append_stored(LayoutKind::Feast, Some(&data_type), &raw));
             let mut via_json = Staged::for_type(&data_type);
-            let json =
-                crate::sink::redis::feast::decode_value_with(&raw, crate::serving::feast_float);
+            let json = crate::redis::feast::decode_value_with(&raw, crate::serving::feast_float);
             via_json.append(Some(&json));
             let (a, b) = (
                 direct.finish(&data_type, 1).unwrap(),

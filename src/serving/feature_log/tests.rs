@@ -10,8 +10,8 @@ use arrow::datatypes::{DataType, Field, Int64Type};
 
 use super::rows::{log_schema, to_batch};
 use super::*;
+use crate::redis::LayoutKind;
 use crate::serving::FeatureLoggingConfig;
-use crate::sink::redis::LayoutKind;
 
 fn view() -> FeatureView {
     let list = DataType::List(Arc::new(Field::new("item", DataType::Int64, true)));

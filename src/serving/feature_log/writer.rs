@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::rows::{self, LOG_DATE};
 use super::{LoggedRequest, Shared, WriterSettings};
+use crate::delta::table::files;
+use crate::delta::{parquet_properties, CommitError, Compression, Table, TableError};
 use crate::retry::Backoff;
-use crate::sink::delta::table::files;
-use crate::sink::delta::{parquet_properties, CommitError, Compression, Table, TableError};
 
 /// How long the writer keeps taking rows after shutdown began, for answers still being
 /// written (the serving listener drains its requests within 5 s).

@@ -22,7 +22,7 @@ use rows::Rows;
 
 use super::reader::{FeatureReader, Found, Lookup, QueryError};
 use crate::metrics::{CacheLabels, Metrics};
-use crate::sink::redis::{RedisClient, RedisConnection};
+use crate::redis::{RedisClient, RedisConnection};
 
 /// The read cache: entities' rows, at most a given number of Redis keys, and its counters
 /// (`serving_cache_*`).

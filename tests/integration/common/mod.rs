@@ -641,11 +641,10 @@ pub async fn open_table(
     pipeline: &str,
 ) -> (
     deltalake::DeltaTable,
-    feature_connector::sink::delta::TableLocation,
+    feature_connector::delta::TableLocation,
 ) {
-    let store =
-        feature_connector::sink::delta::TableRoot::open(store_url, Path::new("/"), &s3_options())
-            .expect("offline store");
+    let store = feature_connector::delta::TableRoot::open(store_url, Path::new("/"), &s3_options())
+        .expect("offline store");
     let location = store.table(pipeline).expect("table location");
     let mut table = deltalake::DeltaTable::new(location.log_store.clone());
     table.load().await.expect("load the Delta table");

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use arrow::datatypes::DataType;
-use feature_connector::sink::redis::feast::key_from_text;
+use feature_connector::redis::feast::key_from_text;
 use redis::AsyncCommands;
 
 use super::*;

@@ -195,7 +195,7 @@ async fn run(markers: bool, events: u64, rate: u64, blind: bool) -> Run {
         "run.log",
         &[(
             "RUST_LOG",
-            "info,pulsar=warn,feature_connector::sink::delta::streaming::bridge=debug",
+            "info,pulsar=warn,feature_connector::delta::streaming::bridge=debug",
         )],
     );
     let (java, classpath) = java_and_classpath();

@@ -81,7 +81,7 @@ async fn replicas_handing_partitions_over_and_a_backfill_write_every_event_once(
             &[
                 ("FC_INSTANCE_ID", &format!("r{replica}")),
                 ("FC_HTTP_BIND", &format!("127.0.0.1:{}", ports[replica])),
-                ("RUST_LOG", "info,pulsar=warn,feature_connector::sink::delta=debug,feature_connector::pipeline::lane=trace,feature_connector::source=debug"),
+                ("RUST_LOG", "info,pulsar=warn,feature_connector::delta=debug,feature_connector::pipeline::lane=trace,feature_connector::source=debug"),
             ],
         )
     };

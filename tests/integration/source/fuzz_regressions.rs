@@ -43,7 +43,7 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
     };
     PayloadDecoder::new(
         spec,
-        SchemaRegistry::new(feature_connector::source::pulsar::PulsarAdmin::new(
+        SchemaRegistry::new(feature_connector::pulsar::PulsarAdmin::new(
             feature_connector::tls::http_client(),
             "http://127.0.0.1:9",
         )),

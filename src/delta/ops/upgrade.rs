@@ -19,9 +19,9 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::properties::WriterProperties;
 
-use crate::sink::delta::table::files::write_files;
-use crate::sink::delta::table::positions::transactions;
-use crate::sink::delta::{CommittedPositions, MessageKey, TableError, TableSpec};
+use crate::delta::table::files::write_files;
+use crate::delta::table::positions::transactions;
+use crate::delta::{CommittedPositions, MessageKey, TableError, TableSpec};
 
 /// What an upgrade did.
 #[derive(Debug, Default, Clone)]

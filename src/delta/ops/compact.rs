@@ -15,8 +15,8 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::properties::WriterProperties;
 
-use crate::sink::delta::table::files::write_files;
-use crate::sink::delta::{ActiveFile, Table, TableError, DATE_COLUMN, HOUR_COLUMN};
+use crate::delta::table::files::write_files;
+use crate::delta::{ActiveFile, Table, TableError, DATE_COLUMN, HOUR_COLUMN};
 
 /// Files to be rewritten into one.
 #[derive(Debug, Clone)]

@@ -15,8 +15,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 
+use crate::delta::{Granularity, PartitionTime};
 use crate::record::event_time_millis;
-use crate::sink::delta::{Granularity, PartitionTime};
 
 /// The column holding each row's Pulsar publish time (Feast's `created_timestamp_column`).
 pub const PUBLISH_TIME_COLUMN: &str = "pulsar_publish_time";

@@ -9,10 +9,10 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::delta::{DeltaSinkBuilder, DeltaSinkConfig, ObjectStoreServiceConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::record::{RowBatch, RowLayout};
-use crate::sink::delta::{DeltaSinkBuilder, DeltaSinkConfig, ObjectStoreServiceConfig};
 use crate::sink::{SinkContext, SinkError};
 
 const PARTITION: &str = "persistent://public/default/t-partition-0";

@@ -13,7 +13,7 @@ use super::auth::{
     key_problem, value, AuthConfig, AuthKind, ClientCertificate, Credentials, OAuth2Session,
     OAuth2Settings,
 };
-use super::SourceError;
+use super::PulsarError;
 use crate::secret::non_empty;
 use crate::yaml::ConfigIssue;
 
@@ -208,7 +208,7 @@ impl PulsarServiceConfig {
 
     /// Connects a Pulsar client with these credentials and CA; a refusal names its likely
     /// cause.
-    pub async fn connect(&self) -> Result<Pulsar<TokioExecutor>, SourceError> {
+    pub async fn connect(&self) -> Result<Pulsar<TokioExecutor>, PulsarError> {
         // Bounded: a busy Exclusive subscription must become an error, not an endless wait;
         // callers that must not give up (consumer rebuild, DLQ) loop themselves.
         self.connect_with_operation_timeout(Duration::from_secs(30))
@@ -221,7 +221,7 @@ impl PulsarServiceConfig {
     pub async fn connect_with_operation_timeout(
         &self,
         operation_timeout: Duration,
-    ) -> Result<Pulsar<TokioExecutor>, SourceError> {
+    ) -> Result<Pulsar<TokioExecutor>, PulsarError> {
         let url = self.url.as_str();
         let credentials = self.credentials()?;
         // The first OAuth2 token is fetched before connecting: the issuer's refusal then
@@ -231,7 +231,7 @@ impl PulsarServiceConfig {
             session
                 .token()
                 .await
-                .map_err(|source| SourceError::OAuth2 {
+                .map_err(|source| PulsarError::OAuth2 {
                     url: url.to_string(),
                     source,
                 })?;
@@ -258,12 +258,12 @@ impl PulsarServiceConfig {
                 let hint = credentials
                     .refusal_hint(url.starts_with("pulsar+ssl://"))
                     .await;
-                Err(SourceError::Connect {
+                Err(PulsarError::Connect {
                     url: url.to_string(),
                     source: pulsar::Error::Custom(format!("{source} ({hint})")),
                 })
             }
-            Err(source) => Err(SourceError::Connect {
+            Err(source) => Err(PulsarError::Connect {
                 url: url.to_string(),
                 source,
             }),

@@ -24,9 +24,9 @@ use arrow::error::ArrowError;
 
 use super::bridge::walk;
 use super::origins::{held_at_origin, origin_commit_keys, origin_streams};
+use crate::delta::table::positions::commit_key;
+use crate::delta::{message_key, CommittedPositions, MessageKey};
 use crate::record::drop_rows;
-use crate::sink::delta::table::positions::commit_key;
-use crate::sink::delta::{message_key, CommittedPositions, MessageKey};
 use crate::source::{distinct_streams, stream_runs, MessagePosition};
 
 /// A gap taken as real: the partition, what the table held, the message after the gap.

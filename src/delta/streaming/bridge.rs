@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::rollover::AcceptedGap;
-use crate::sink::delta::table::positions::{commit_key, continues, continues_key, WHOLE_ENTRY};
-use crate::sink::delta::{message_key, CommittedPositions, MessageKey};
+use crate::delta::table::positions::{commit_key, continues, continues_key, WHOLE_ENTRY};
+use crate::delta::{message_key, CommittedPositions, MessageKey};
 use crate::source::{MessagePosition, SkippedEntries};
 
 /// How long a "not skipped" answer stands before the same gap is asked about again.

@@ -7,7 +7,7 @@ use super::layout::{self, LayoutError, TableLayout, PUBLISH_TIME_COLUMN};
 use super::schema::desired_schema;
 use super::store::{StoreError, TableLocation, TableRoot};
 use super::{Opened, Table, TableError};
-use crate::sink::delta::{DeltaSinkConfig, Granularity, PartitionTime};
+use crate::delta::{DeltaSinkConfig, Granularity, PartitionTime};
 
 /// Everything needed to open (or create) one pipeline's table.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use deltalake::operations::vacuum::VacuumMode;
 
-use crate::sink::delta::{Table, TableError};
+use crate::delta::{Table, TableError};
 
 /// Deletes data files no version newer than `retain` references (files replaced by a
 /// compaction, files of rollovers whose commit never landed); returns the paths.

@@ -16,7 +16,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use crate::sink::delta::{Compression, DeltaSinkConfig};
+use crate::delta::{Compression, DeltaSinkConfig};
 
 /// File-level metadata keys written into every Parquet file (for people reading a file on its
 /// own; the table's log, not these, is what recovery reads).

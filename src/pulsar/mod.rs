@@ -29,13 +29,13 @@ pub use service::{CredentialError, PulsarServiceConfig};
 pub use skipped::{CursorAcks, CursorError, PulsarSkippedEntries};
 pub use topic::{partitioned_topic, stream_topic, BadTopicName, TopicName};
 
-use super::{AckMode, MessagePosition, Source, SourceMessage};
 use crate::retry::{Backoff, Cancelled};
+use crate::source::{AckMode, MessagePosition, Source, SourceError, SourceMessage};
 use tokio_util::sync::CancellationToken;
 
-/// Errors of the Pulsar source, with the topic and subscription they concern.
+/// Errors of the Pulsar client, with the topic and subscription they concern.
 #[derive(Debug, thiserror::Error)]
-pub enum SourceError {
+pub enum PulsarError {
     /// Connecting to the cluster failed.
     #[error("cannot connect to Pulsar at {url}: {source}")]
     Connect {
@@ -75,6 +75,12 @@ pub enum SourceError {
         /// Why.
         source: auth::OAuth2Error,
     },
+}
+
+impl From<PulsarError> for crate::source::SourceError {
+    fn from(e: PulsarError) -> Self {
+        crate::source::SourceError(Box::new(e))
+    }
 }
 
 /// How long closing a consumer may take at shutdown.
@@ -179,11 +185,11 @@ impl PulsarSource {
         (sub_type, ack_mode): (SubscriptionKind, AckMode),
         replication: Option<&ReplicationConfig>,
         cancel: CancellationToken,
-    ) -> Result<Self, SourceError> {
+    ) -> Result<Self, PulsarError> {
         let pattern = match (config.pattern_regex(), config.pattern_namespace()) {
             (Some(Ok(regex)), Some(namespace)) => Some((regex, namespace)),
             (Some(Err(e)), _) => {
-                return Err(SourceError::Subscribe {
+                return Err(PulsarError::Subscribe {
                     topic: config.describe_topics(),
                     subscription,
                     source: pulsar::Error::Custom(format!("topic pattern: {e}")),
@@ -223,11 +229,11 @@ impl PulsarSource {
     /// `service`; see [`PulsarServiceConfig::connect`]).
     pub async fn connect(
         service: &PulsarServiceConfig,
-    ) -> Result<Pulsar<TokioExecutor>, SourceError> {
+    ) -> Result<Pulsar<TokioExecutor>, PulsarError> {
         service.connect().await
     }
 
-    async fn build_consumer(&self) -> Result<Consumer<Vec<u8>, TokioExecutor>, SourceError> {
+    async fn build_consumer(&self) -> Result<Consumer<Vec<u8>, TokioExecutor>, PulsarError> {
         let mut builder = self.pulsar.consumer().with_topics(&self.topics);
         if let Some((regex, namespace)) = &self.pattern {
             builder = builder
@@ -248,7 +254,7 @@ impl PulsarSource {
             })
             .build()
             .await
-            .map_err(|source| SourceError::Subscribe {
+            .map_err(|source| PulsarError::Subscribe {
                 topic: self.topic.clone(),
                 subscription: self.subscription.clone(),
                 source,
@@ -370,7 +376,7 @@ impl Source for PulsarSource {
                         .await
                 }
             };
-            result.map_err(|source| SourceError::Ack {
+            result.map_err(|source| PulsarError::Ack {
                 topic: self.topic.clone(),
                 subscription: self.subscription.clone(),
                 source,

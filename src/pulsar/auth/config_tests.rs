@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use crate::source::pulsar::auth::{key_problem, AuthKind};
-use crate::source::pulsar::PulsarServiceConfig;
+use crate::pulsar::auth::{key_problem, AuthKind};
+use crate::pulsar::PulsarServiceConfig;
 
 fn parse(yaml: &str) -> PulsarServiceConfig {
     match crate::yaml::parse_yaml(Path::new("service.yaml"), yaml) {
@@ -90,7 +90,7 @@ fn the_embedded_default_names_every_key_and_configures_none_without_the_environm
     struct Service {
         pulsar: PulsarServiceConfig,
     }
-    let text = include_str!("../../../../config/default.yaml");
+    let text = include_str!("../../../config/default.yaml");
     let config: Service = match crate::yaml::parse_yaml(Path::new("default.yaml"), text) {
         Ok(config) => config,
         Err(e) => panic!("{e:?}"),

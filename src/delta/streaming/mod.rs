@@ -11,10 +11,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use crate::delta::{DeltaSinkConfig, Opened, Table, TableError, TableLayout, TableSpec};
 use crate::metrics::{Metrics, PipelineLabels};
 use crate::record::RowBatch;
 use crate::retry::Backoff;
-use crate::sink::delta::{DeltaSinkConfig, Opened, Table, TableError, TableLayout, TableSpec};
 use crate::sink::{Sink, SinkError};
 use crate::source::{distinct_streams, MessagePosition, OfflineOrigins, SkippedEntries};
 use bridge::GapBridge;

@@ -14,10 +14,10 @@ use pulsar::message::proto::MessageIdData;
 use pulsar::reader::Reader;
 use pulsar::{Pulsar, TokioExecutor};
 
-use super::{position_of, PulsarSource, SourceError};
+use super::{position_of, PulsarError, PulsarSource};
 use super::{ReplicationConfig, StreamNaming};
 use crate::source::{MessagePosition, Offset};
-use crate::source::{Source, SourceMessage};
+use crate::source::{Source, SourceError, SourceMessage};
 
 /// Publish-time bounds of what a reader source hands on (epoch ms, inclusive).
 #[derive(Debug, Clone, Copy, Default)]
@@ -80,9 +80,9 @@ impl PulsarReaderSource {
 
     /// Opens the next partition that holds anything; `false` when none is left. A partition
     /// stays next until it is read to its end, so a stalled reader is reopened on it.
-    async fn open_next(&mut self) -> Result<bool, SourceError> {
+    async fn open_next(&mut self) -> Result<bool, PulsarError> {
         while let Some(name) = self.partitions.peek().cloned() {
-            let failed = |what: &str, source: pulsar::Error| SourceError::Subscribe {
+            let failed = |what: &str, source: pulsar::Error| PulsarError::Subscribe {
                 topic: name.clone(),
                 subscription: format!("backfill reader ({what})"),
                 source,
@@ -165,7 +165,7 @@ impl Source for PulsarReaderSource {
                     continue;
                 }
             };
-            let message = next.map_err(|source| SourceError::Subscribe {
+            let message = next.map_err(|source| PulsarError::Subscribe {
                 topic: open.name.clone(),
                 subscription: "backfill reader".into(),
                 source,

@@ -4,10 +4,10 @@
 use std::time::Instant;
 
 use super::DeltaSink;
+use crate::delta::table::files::write_files;
+use crate::delta::table::positions::{representable, transactions};
+use crate::delta::{metadata_keys, writer_properties, CommitError};
 use crate::retry::Backoff;
-use crate::sink::delta::table::files::write_files;
-use crate::sink::delta::table::positions::{representable, transactions};
-use crate::sink::delta::{metadata_keys, writer_properties, CommitError};
 use crate::sink::SinkError;
 use crate::source::{MessagePosition, OfflineOrigins};
 

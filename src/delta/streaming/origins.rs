@@ -1,4 +1,4 @@
-//! Replicated copies in the offline table (see `source::pulsar::replication`).
+//! Replicated copies in the offline table (see `pulsar::replication`).
 //!
 //! A sidecar commits, per stream it reads, its own position as always: that fences the
 //! replicas of one region against each other. A copy replicated from another cluster is
@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 use arrow::error::ArrowError;
 
-use crate::record::{drop_rows, RowBatch};
-use crate::sink::delta::table::positions::commit_key_at;
+use crate::delta::table::positions::commit_key_at;
 #[cfg(test)]
-use crate::sink::delta::table::positions::WHOLE_ENTRY;
-use crate::sink::delta::{CommittedPositions, MessageKey};
+use crate::delta::table::positions::WHOLE_ENTRY;
+use crate::delta::{CommittedPositions, MessageKey};
+use crate::record::{drop_rows, RowBatch};
 use crate::source::{same_stream, MessagePosition, Origin};
 
 /// The origin of a copy whose origin offset is known.

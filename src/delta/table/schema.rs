@@ -11,7 +11,7 @@ use deltalake::kernel::StructType;
 use super::layout::{
     LayoutError, DATE_COLUMN, HOUR_COLUMN, PUBLISH_TIME_COLUMN, RESERVED_COLUMNS, UTC,
 };
-use crate::sink::delta::Granularity;
+use crate::delta::Granularity;
 
 /// The table schema a pipeline's decoded rows call for (in Delta's canonical Arrow form).
 pub fn desired_schema(
@@ -207,7 +207,7 @@ pub(super) mod tests {
     use super::*;
 
     /// Decoded rows of a test pipeline: a key, a long event time and two types Delta lacks.
-    pub(in crate::sink::delta) fn rows_schema() -> Schema {
+    pub(in crate::delta) fn rows_schema() -> Schema {
         Schema::new(vec![
             Field::new("user_id", DataType::Utf8, false),
             Field::new("event_time", DataType::Int64, false),

@@ -19,7 +19,7 @@ use object_store::prefix::PrefixStore;
 use object_store::ObjectStore;
 use url::Url;
 
-use crate::sink::delta::check_store_url;
+use crate::delta::check_store_url;
 
 /// The store URL could not be opened.
 #[derive(Debug, thiserror::Error)]
