@@ -2,8 +2,12 @@
 
 - no import cycle between top-level modules of src/ (a module = a folder or a file directly
   under src/), read from `use crate::X` and `crate::X::` paths outside unit tests;
-- dependencies point one way across the layers: no sink imports `http` or `serving`, and
-  `http` (listeners, probes) does not import `serving` (serving builds on http);
+- no import cycle between files either (scripts/file_graph.py says what counts as an
+  import): a folder's files depend on each other one way;
+- dependencies point one way across the layers: a technology (`pulsar`, `redis`, `delta`) or
+  an interface (`source`, `sink`) never imports a role (`pipeline`, `serving`, `audit`,
+  `cli`) or `http`, and `http` (listeners, probes) does not import `serving` (serving builds
+  on http);
 - no source file over MAX_LINES lines.
 
 Usage: python3 scripts/check_layout.py [src]
@@ -12,13 +16,14 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from file_graph import Crate  # noqa: E402
+
 MAX_LINES = 500
 # (importing module path prefix, forbidden top-level module): the arrow would point up.
-FORBIDDEN = [
-    ("sink", "http"),
-    ("sink", "serving"),
-    ("http", "serving"),
-]
+LOWER = ("pulsar", "redis", "delta", "source", "sink")
+ROLES = ("pipeline", "serving", "audit", "cli", "http")
+FORBIDDEN = [(low, role) for low in LOWER for role in ROLES] + [("http", "serving")]
 
 
 def rust_files(src):
@@ -65,10 +70,13 @@ def main():
                 changed = True
     cycles = sorted({tuple(sorted((a, b))) for a in reach for b in reach[a] if a != b and a in reach.get(b, set())})
     problems += [f"import cycle: {a} <-> {b}" for a, b in cycles]
+    crate = Crate(src)
+    file_cycles = crate.cycles()
+    problems += [f"import cycle between files: {' <-> '.join(group)}" for group in file_cycles]
     for problem in problems:
         print(problem)
     print(f"check_layout: {len(cycles)} import cycles among {len(deps)} top-level modules, "
-          f"{len(problems)} problems")
+          f"{len(file_cycles)} among {len(crate.files)} files, {len(problems)} problems")
     return 1 if problems else 0
 
 

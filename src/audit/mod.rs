@@ -31,6 +31,7 @@ use crate::delta::{Table, TableError, TableLocation};
 use crate::record::RowLayout;
 use crate::redis::RedisServiceConfig;
 use crate::serving::{FeatureReader, FeatureView, QueryError};
+pub(crate) use report::TableRead;
 use report::{ReportHead, Tally};
 use sample::Sampler;
 
@@ -127,19 +128,6 @@ pub async fn audit(
     )
     .await?;
     Ok(report)
-}
-
-/// What was read of the table for an audit.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct TableRead {
-    /// The snapshot's version.
-    pub version: u64,
-    /// Data files read.
-    pub files_read: usize,
-    /// Data files skipped by their partition.
-    pub files_skipped: usize,
-    /// Rows read.
-    pub rows_read: u64,
 }
 
 /// The second half of an audit, once the table's newest rows of the sampled entities are

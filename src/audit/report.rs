@@ -9,10 +9,21 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::classify::{Comparison, EntityKey, Outcome};
-use super::TableRead;
-
 /// Examples kept per outcome.
 const EXAMPLES: usize = 5;
+
+/// What was read of the table for an audit.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TableRead {
+    /// The snapshot's version.
+    pub version: u64,
+    /// Data files read.
+    pub files_read: usize,
+    /// Data files skipped by their partition.
+    pub files_skipped: usize,
+    /// Rows read.
+    pub rows_read: u64,
+}
 
 /// What an audit found.
 #[derive(Debug, Clone, Serialize)]

@@ -4,10 +4,12 @@
 //! Reading YAML and locating problems is [`crate::yaml`]'s job.
 
 mod pipeline;
+mod pipeline_file;
 mod service;
 
 pub use crate::yaml::{
     issue_at, parse_yaml, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned,
 };
-pub use pipeline::{load_pipelines, FeatureSelection, PipelineConfig, PipelineFile};
+pub use pipeline::{load_pipelines, PipelineConfig};
+pub use pipeline_file::{FeatureSelection, PipelineFile};
 pub use service::{ServiceConfig, EMBEDDED_DEFAULT_SERVICE_CONFIG};

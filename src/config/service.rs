@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{parse_yaml, read_yaml_file, ConfigError, ConfigIssue, PipelineConfig};
+use super::{parse_yaml, read_yaml_file, ConfigError, ConfigIssue};
 use crate::audit::AuditConfig;
-use crate::delta::{ObjectStoreServiceConfig, StoreError, TableLocation, TableRoot};
+use crate::delta::ObjectStoreServiceConfig;
 use crate::pulsar::PulsarServiceConfig;
 use crate::redis::{RedisMode, RedisServiceConfig};
 use crate::serving::ServingConfig;
@@ -81,22 +81,6 @@ impl ServiceConfig {
             || PathBuf::from("<embedded config/default.yaml>"),
             Path::to_path_buf,
         )
-    }
-
-    /// Where `pipeline`'s offline table lives: its `offline.url`, or the store's default
-    /// root; relative `file://` paths resolve against `root`.
-    pub fn offline_table(
-        &self,
-        pipeline: &PipelineConfig,
-        root: &Path,
-    ) -> Result<TableLocation, StoreError> {
-        let url = pipeline
-            .sinks
-            .offline
-            .as_ref()
-            .and_then(|o| o.url.as_ref())
-            .map_or(self.object_store.default_url.as_str(), |u| u.value.as_str());
-        TableRoot::open(url, root, &self.object_store.options)?.table(&pipeline.name)
     }
 
     /// The serving section's own checks, and those against the other sections: the read

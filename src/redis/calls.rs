@@ -11,7 +11,22 @@ use rustc_hash::FxHashMap;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, Script};
 
-use super::layout::EntityWrite;
+/// The newest values of one entity in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntityWrite {
+    /// The Redis key.
+    pub key: Vec<u8>,
+    /// Event time of the values, epoch milliseconds.
+    pub event_time_ms: i64,
+    /// The bytes stored in the time field (decimal ms, or a protobuf Timestamp for Feast).
+    pub time_value: Vec<u8>,
+    /// The tie value of the row (see [`super::ties`]), when ties are broken.
+    pub tie: Option<Vec<u8>>,
+    /// Fields to set.
+    pub set: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Fields to remove (null features).
+    pub delete: Vec<Vec<u8>>,
+}
 
 /// Receives each entity's newest values in the order the latest-wins script takes them:
 /// [`entity`](Self::entity) (saying how many [`set`](Self::set) calls follow), its sets,

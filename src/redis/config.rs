@@ -4,7 +4,16 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::connection::RedisMode;
+/// How `redis.url` is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    /// One server (or a proxy in front of many).
+    #[default]
+    Standalone,
+    /// Redis Cluster; `url` is a comma-separated list of seed nodes.
+    Cluster,
+}
 
 /// Where Redis is (service file).
 #[derive(Debug, Clone, Deserialize)]

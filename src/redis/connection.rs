@@ -12,20 +12,8 @@ use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo,
     ProtocolVersion, PushInfo, PushKind, RedisResult, Script, ServerErrorKind, TlsCertificates,
 };
-use serde::Deserialize;
 
-use super::RedisServiceConfig;
-
-/// How `redis.url` is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum RedisMode {
-    /// One server (or a proxy in front of many).
-    #[default]
-    Standalone,
-    /// Redis Cluster; `url` is a comma-separated list of seed nodes.
-    Cluster,
-}
+use super::{RedisMode, RedisServiceConfig};
 
 /// A configured client that can (re)connect.
 #[derive(Clone)]

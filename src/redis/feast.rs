@@ -21,7 +21,7 @@ use super::feast_proto::{
     entity_key, BoolList, BytesList, DoubleList, FloatList, Int32List, Int64List, KeyValue,
     StringList, Val, Value,
 };
-use super::layout::{column, newest_per_entity};
+use super::newest::{column, newest_per_entity};
 use super::ties::{RowTies, TIE_FIELD};
 use crate::record::{event_time_millis, RowLayout};
 

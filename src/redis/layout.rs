@@ -6,18 +6,18 @@
 //! timestamps RFC 3339). `feast`: Feast's own bytes (see [`super::feast`]). In both, a null
 //! feature removes its field.
 
-use rustc_hash::FxHashMap;
 use std::fmt::Write as _;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
-use super::calls::EntityWrites;
+use super::calls::{EntityWrite, EntityWrites};
 use super::feast::FeastLayout;
+use super::newest::{column, newest_per_entity};
 use super::ties::{RowTies, TIE_FIELD};
-use crate::record::{event_time_millis, RowLayout};
+use crate::record::RowLayout;
 
 /// Hash field of the native layout holding the event time (epoch milliseconds).
 pub const EVENT_TIME_FIELD: &str = "_ts";
@@ -39,23 +39,6 @@ impl TimeEncoding {
             TimeEncoding::ProtoTimestamp => "pbts",
         }
     }
-}
-
-/// The newest values of one entity in a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EntityWrite {
-    /// The Redis key.
-    pub key: Vec<u8>,
-    /// Event time of the values, epoch milliseconds.
-    pub event_time_ms: i64,
-    /// The bytes stored in the time field (decimal ms, or a protobuf Timestamp for Feast).
-    pub time_value: Vec<u8>,
-    /// The tie value of the row (see [`super::ties`]), when ties are broken.
-    pub tie: Option<Vec<u8>>,
-    /// Fields to set.
-    pub set: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Fields to remove (null features).
-    pub delete: Vec<Vec<u8>>,
 }
 
 /// A layout chosen per pipeline (`online.layout`).
@@ -117,50 +100,6 @@ impl Layout {
         self.write_entities(rows, ties, &mut writes)?;
         Ok(writes)
     }
-}
-
-/// A column of `rows` by name.
-pub fn column<'a>(rows: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, ArrowError> {
-    rows.column_by_name(name)
-        .ok_or_else(|| ArrowError::SchemaError(format!("row batch lacks `{name}`")))
-}
-
-/// For each entity (by `key_of`), the row with the greatest event time; ties go to the row
-/// with the greater or equal tie value when `ties` are given (as the latest-wins script
-/// breaks them), else to the later row. Rows without a key or event time are skipped (the
-/// decoder rejects them already).
-pub fn newest_per_entity(
-    rows: &RecordBatch,
-    layout: &RowLayout,
-    ties: Option<&RowTies<'_>>,
-    mut key_of: impl FnMut(usize) -> Option<Vec<u8>>,
-) -> Result<Vec<(Vec<u8>, i64, usize)>, ArrowError> {
-    let time_column = column(rows, &layout.event_time)?;
-    // A fast hash: this map sees every row of every batch (SipHash was 2-3 % of the
-    // connector's CPU); a batch holds at most `max_batch_messages` keys.
-    let mut newest: FxHashMap<Vec<u8>, (i64, usize)> =
-        FxHashMap::with_capacity_and_hasher(rows.num_rows(), Default::default());
-    for row in 0..rows.num_rows() {
-        let (Some(key), Some(ts)) = (key_of(row), event_time_millis(time_column, row)) else {
-            continue;
-        };
-        match newest.get_mut(&key) {
-            Some(current) if current.0 > ts => {}
-            Some(current)
-                if current.0 == ts && ties.is_some_and(|t| t.row(current.1) > t.row(row)) => {}
-            Some(current) => *current = (ts, row),
-            None => {
-                newest.insert(key, (ts, row));
-            }
-        }
-    }
-    let mut out: Vec<(Vec<u8>, i64, usize)> = newest
-        .into_iter()
-        .map(|(k, (ts, row))| (k, ts, row))
-        .collect();
-    // Keys are unique here, so an unstable sort is as deterministic and cheaper.
-    out.sort_unstable();
-    Ok(out)
 }
 
 /// Builds Redis writes in the native layout.

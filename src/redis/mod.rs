@@ -10,6 +10,7 @@ mod connection;
 pub mod feast;
 mod feast_proto;
 mod layout;
+mod newest;
 mod probe;
 mod section;
 mod ties;
@@ -18,8 +19,8 @@ mod ties_script_tests;
 mod writer;
 
 pub use builder::RedisSinkBuilder;
-pub use config::{LayoutKind, RedisServiceConfig, RedisSinkConfig};
-pub use connection::{RedisClient, RedisConnection, RedisMode, RedisSetupError};
+pub use config::{LayoutKind, RedisMode, RedisServiceConfig, RedisSinkConfig};
+pub use connection::{RedisClient, RedisConnection, RedisSetupError};
 pub use feast::supported as feast_supports;
 pub use layout::{entity_key, Layout, NativeLayout, EVENT_TIME_FIELD};
 pub use probe::RedisProbe;

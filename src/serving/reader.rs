@@ -5,128 +5,15 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::feast::FeastJson;
-use super::read_cache::{CachedRow, ReadCache};
+use super::lookup::{Found, Lookup, ViewFields};
+use super::query_error::QueryError;
+use super::read_cache::ReadCache;
 use super::values::ValueStyle;
 use super::view::FeatureView;
-use crate::redis::{RedisClient, RedisConnection, RedisServiceConfig, RedisSetupError};
-
-/// A query that cannot be answered.
-#[derive(Debug, thiserror::Error)]
-pub enum QueryError {
-    /// No online pipeline of that name.
-    #[error("no online feature view `{0}`")]
-    UnknownView(String),
-    /// The entity does not name every join key of the view.
-    #[error("view `{view}` is keyed by {keys}; missing `{missing}`")]
-    MissingKey {
-        /// View.
-        view: String,
-        /// Its join keys.
-        keys: String,
-        /// The key not given.
-        missing: String,
-    },
-    /// A join key value that does not fit its type.
-    #[error("view `{view}`: {reason}")]
-    BadKey {
-        /// View.
-        view: String,
-        /// Why.
-        reason: String,
-    },
-    /// A feature that the view does not have.
-    #[error("view `{view}` has no feature `{feature}`")]
-    UnknownFeature {
-        /// View.
-        view: String,
-        /// Feature asked for.
-        feature: String,
-    },
-    /// The Redis client could not be set up.
-    #[error(transparent)]
-    Setup(#[from] RedisSetupError),
-    /// Redis failed.
-    #[error("Redis: {0}")]
-    Redis(#[from] redis::RedisError),
-}
-
-impl QueryError {
-    /// Whether the caller asked for something wrong (HTTP 4xx) rather than Redis failing.
-    pub fn is_client_error(&self) -> bool {
-        !matches!(self, QueryError::Redis(_) | QueryError::Setup(_))
-    }
-}
-
-/// One view's part of a read: the features asked and the entities to look up.
-#[derive(Debug, Clone)]
-pub struct Lookup<'a> {
-    /// The view.
-    pub view: &'a FeatureView,
-    /// Indices into the view's features, in the order the answer gives them.
-    pub features: Vec<usize>,
-    /// Per entity, its join key values as text, in the view's key order.
-    pub entities: Vec<Vec<String>>,
-}
-
-/// What Redis holds for one entity of a [`Lookup`].
-#[derive(Debug, Clone)]
-pub struct Found {
-    /// Event time of the stored values (epoch ms); `None` when Redis holds nothing for the
-    /// entity in this view (never written, or expired).
-    pub event_time_ms: Option<i64>,
-    /// The stored values.
-    values: FoundValues,
-}
-
-/// Where a [`Found`]'s values are.
-#[derive(Debug, Clone)]
-enum FoundValues {
-    /// Per feature asked, the stored bytes; `None` for a field not there (a null feature).
-    Asked(Vec<Option<Vec<u8>>>),
-    /// The entity's cached row: every feature of the view.
-    Cached(Arc<CachedRow>),
-}
-
-impl Found {
-    /// What Redis replied: `values` per feature asked, in the lookup's order.
-    pub fn read(event_time_ms: Option<i64>, values: Vec<Option<Vec<u8>>>) -> Self {
-        Self {
-            event_time_ms,
-            values: FoundValues::Asked(values),
-        }
-    }
-
-    /// What the cache holds for the entity.
-    pub fn cached(row: Arc<CachedRow>) -> Self {
-        Self {
-            event_time_ms: row.event_time_ms,
-            values: FoundValues::Cached(row),
-        }
-    }
-
-    /// The stored bytes of the `asked`-th feature of the lookup, feature `feature` of the
-    /// view; `None` for a field not there (a null feature).
-    pub fn value(&self, asked: usize, feature: usize) -> Option<&[u8]> {
-        match &self.values {
-            FoundValues::Asked(values) => values.get(asked)?.as_deref(),
-            FoundValues::Cached(row) => row.value(feature),
-        }
-    }
-
-    /// The entity's row in Feast's JSON, when it came from the cache (`view` is the
-    /// lookup's): written once per row, copied by every answer after.
-    pub fn feast_json(&self, view: &FeatureView) -> Option<&FeastJson> {
-        match &self.values {
-            FoundValues::Asked(_) => None,
-            FoundValues::Cached(row) => Some(row.feast_json(view)),
-        }
-    }
-}
+use crate::redis::{RedisClient, RedisConnection, RedisServiceConfig};
 
 /// Reads feature values of online pipelines, in either layout.
 pub struct FeatureReader {
@@ -139,29 +26,6 @@ pub struct FeatureReader {
     fields: HashMap<String, ViewFields>,
     /// Entities' rows kept in memory (`serving.cache_entities`).
     cache: Option<ReadCache>,
-}
-
-/// A view's hash fields.
-#[derive(Clone)]
-pub(super) struct ViewFields {
-    /// The view's number among the reader's (its rows' key in the cache).
-    pub(super) id: u32,
-    /// The event time's.
-    pub(super) time: Vec<u8>,
-    /// Each feature's, by index into [`FeatureView::features`].
-    pub(super) features: Vec<Vec<u8>>,
-}
-
-impl ViewFields {
-    fn of(view: &FeatureView, id: u32) -> Self {
-        Self {
-            id,
-            time: view.time_field(),
-            features: (0..view.features.len())
-                .map(|f| view.feature_field(f))
-                .collect(),
-        }
-    }
 }
 
 impl FeatureReader {
@@ -206,7 +70,7 @@ impl FeatureReader {
         Ok(reader)
     }
 
-    pub(super) async fn connection(&self) -> Result<RedisConnection, QueryError> {
+    async fn connection(&self) -> Result<RedisConnection, QueryError> {
         let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref().filter(|c| !c.has_dropped()) {
             return Ok(connection.clone());
@@ -243,7 +107,7 @@ impl FeatureReader {
     }
 
     /// Forgets the connection after a failure that may have broken it.
-    pub(super) async fn forget_broken(&self, e: &redis::RedisError) {
+    async fn forget_broken(&self, e: &redis::RedisError) {
         if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
             *self.connection.lock().await = None;
         }
@@ -253,7 +117,16 @@ impl FeatureReader {
     /// entity, per lookup, in order.
     pub async fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Vec<Found>>, QueryError> {
         if let Some(cache) = &self.cache {
-            return cache.lookup(self, lookups).await;
+            // Connect first: a new connection empties the cache, and its epoch is then the
+            // one every read of the lookup is sent at.
+            let connection = self.connection().await?;
+            let found = cache
+                .lookup(connection, |view| self.fields_of(view), lookups)
+                .await;
+            if let Err(QueryError::Redis(e)) = &found {
+                self.forget_broken(e).await;
+            }
+            return found;
         }
         let mut commands = Vec::with_capacity(lookups.iter().map(|l| l.entities.len()).sum());
         for lookup in lookups {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::body::read_json;
 use super::coverage;
 use super::error::ApiError;
-use super::server::ServingState;
+use super::state::ServingState;
 
 /// `GET /v1/features/{view}?key=v…`: one object for one entity, `{"results": […]}` for
 /// several.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use arrow::datatypes::DataType;
 use serde_json::Value;
 
-use super::reader::QueryError;
+use super::query_error::QueryError;
 use super::values::{decode, ValueStyle};
 use crate::redis::{entity_key, feast, LayoutKind, RedisSinkConfig, EVENT_TIME_FIELD};
 

@@ -9,40 +9,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::rollover::AcceptedGap;
-use crate::delta::table::positions::{commit_key, continues, continues_key, WHOLE_ENTRY};
-use crate::delta::{message_key, CommittedPositions, MessageKey};
-use crate::source::{MessagePosition, SkippedEntries};
+use super::gaps::AcceptedGap;
+use crate::delta::table::positions::{continues_key, WHOLE_ENTRY};
+use crate::delta::{CommittedPositions, MessageKey};
+use crate::source::SkippedEntries;
 
 /// How long a "not skipped" answer stands before the same gap is asked about again.
 const ASK_AGAIN_AFTER: Duration = Duration::from_secs(1);
-
-/// Walks a partition's buffered messages (in order) from `held`, the table's position:
-/// returns the commit key of the last message of the unbroken run, and the gap that ends it
-/// (what the run held, the message after the gap). At each gap `bridge(at, next)` says
-/// whether to go on past it.
-pub(super) fn walk(
-    positions: &[&MessagePosition],
-    held: Option<MessageKey>,
-    mut bridge: impl FnMut(MessageKey, MessageKey) -> bool,
-) -> (Option<MessageKey>, Option<(MessageKey, MessageKey)>) {
-    let mut last = held;
-    for position in positions {
-        if last.is_some_and(|l| message_key(position) <= l) {
-            continue;
-        }
-        match last {
-            Some(l) if !continues(l, position) => {
-                if !bridge(l, message_key(position)) {
-                    return (last, Some((l, message_key(position))));
-                }
-                last = Some(commit_key(position));
-            }
-            _ => last = Some(commit_key(position)),
-        }
-    }
-    (last, None)
-}
 
 /// Whether a gap lies between whole entries (the run ends with a complete entry and the next
 /// message starts one): only then is it a run of missing entries the source can vouch for.

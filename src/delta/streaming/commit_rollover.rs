@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::DeltaSink;
+use super::{fatal, DeltaSink};
 use crate::delta::table::files::write_files;
 use crate::delta::table::positions::{representable, transactions};
 use crate::delta::{metadata_keys, writer_properties, CommitError};
@@ -235,8 +235,4 @@ fn fingerprint<'a>(rows: usize, positions: impl Iterator<Item = &'a MessagePosit
         position.hash(&mut hasher);
     }
     hasher.finish()
-}
-
-pub(super) fn fatal(error: arrow::error::ArrowError) -> SinkError {
-    SinkError::fatal_from("offline rollover", error)
 }

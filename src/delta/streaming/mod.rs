@@ -3,6 +3,7 @@
 
 mod bridge;
 mod commit_rollover;
+mod gaps;
 mod origins;
 mod rollover;
 
@@ -18,7 +19,6 @@ use crate::retry::Backoff;
 use crate::sink::{Sink, SinkError};
 use crate::source::{distinct_streams, MessagePosition, OfflineOrigins, SkippedEntries};
 use bridge::GapBridge;
-use commit_rollover::fatal;
 use rollover::Rollover;
 
 /// How long shutdown waits for a checkpoint being written.
@@ -27,6 +27,11 @@ const CHECKPOINT_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_se
 /// How long messages after a gap in a partition wait for it to fill before the gap is taken as
 /// real (Pulsar's Failover rewind comes within a second; expired messages never do).
 pub(super) const GAP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A rollover that cannot be cut into files (a bug, not a service failure).
+fn fatal(error: arrow::error::ArrowError) -> SinkError {
+    SinkError::fatal_from("offline rollover", error)
+}
 
 /// Writes a pipeline's rows to its Delta table (see the module docs of [`super`]).
 pub struct DeltaSink {

@@ -22,15 +22,12 @@ use std::time::Instant;
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::error::ArrowError;
 
-use super::bridge::walk;
+use super::gaps::{walk, AcceptedGap};
 use super::origins::{held_at_origin, origin_commit_keys, origin_streams};
 use crate::delta::table::positions::commit_key;
 use crate::delta::{message_key, CommittedPositions, MessageKey};
 use crate::record::drop_rows;
 use crate::source::{distinct_streams, stream_runs, MessagePosition};
-
-/// A gap taken as real: the partition, what the table held, the message after the gap.
-pub type AcceptedGap = (String, MessageKey, MessageKey);
 
 /// One batch as buffered: table rows, and for each row the index of its message.
 #[derive(Debug, Clone)]

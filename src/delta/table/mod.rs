@@ -13,6 +13,7 @@
 
 pub mod commit;
 mod counting_store;
+mod error;
 pub mod files;
 pub mod layout;
 mod log_cleanup;
@@ -28,13 +29,16 @@ use arrow::datatypes::{Schema, SchemaRef};
 use delta_kernel::{Engine, Snapshot, SnapshotRef};
 use deltalake::kernel::engine::arrow_conversion::TryIntoArrow;
 use deltalake::logstore::{get_actions, LogStoreRef};
-use deltalake::{BlindDeltaTable, DeltaTable, DeltaTableError};
+use deltalake::{BlindDeltaTable, DeltaTable};
 use object_store::ObjectStore;
 use tokio::task::JoinHandle;
 
 pub use commit::{CommitError, Committed};
+pub(crate) use error::blocking;
+pub use error::TableError;
 pub use files::{metadata_keys, parquet_properties, writer_properties, ActiveFile, FileCount};
 pub use layout::{LayoutError, TableLayout, DATE_COLUMN, HOUR_COLUMN, PUBLISH_TIME_COLUMN};
+pub use open::Opened;
 pub use positions::{message_key, CommittedPositions, MessageKey};
 pub use schema::{canonical, column_type, desired_schema};
 pub use spec::{instance_id, SpecError, TableSpec};
@@ -43,62 +47,6 @@ pub use store::{StoreError, TableLocation, TableRoot};
 use futures::TryStreamExt;
 use open::{create, evolve, has_log, load_snapshot, refuse_legacy_files};
 use positions::{app_ids, key_from_versions};
-
-/// Why the table could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TableError {
-    /// The store or the log could not be read or written; retrying may help.
-    #[error("{what}: {source}")]
-    Delta {
-        /// What was being done.
-        what: &'static str,
-        /// Why it failed.
-        source: DeltaTableError,
-    },
-    /// The Delta kernel could not read or write the log; retrying may help.
-    #[error("{what}: {source}")]
-    Kernel {
-        /// What was being done.
-        what: &'static str,
-        /// Why it failed.
-        source: delta_kernel::Error,
-    },
-    /// The table cannot take this pipeline; retrying will not help.
-    #[error("{0}")]
-    Refused(String),
-}
-
-impl TableError {
-    pub(crate) fn delta(what: &'static str) -> impl FnOnce(DeltaTableError) -> Self {
-        move |source| Self::Delta { what, source }
-    }
-
-    pub(crate) fn kernel(what: &'static str) -> impl FnOnce(delta_kernel::Error) -> Self {
-        move |source| Self::Kernel { what, source }
-    }
-}
-
-/// Runs kernel work (blocking IO through the engine) off the runtime.
-pub(crate) async fn blocking<T: Send + 'static>(
-    what: &'static str,
-    work: impl FnOnce() -> Result<T, delta_kernel::Error> + Send + 'static,
-) -> Result<T, TableError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| TableError::Refused(format!("{what}: task failed: {e}")))?
-        .map_err(TableError::kernel(what))
-}
-
-/// What opening the table did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Opened {
-    /// The table existed and takes the pipeline schema as it is.
-    Existing,
-    /// The table was created (version 0).
-    Created,
-    /// Columns were added for fields the pipeline schema gained.
-    Evolved(Vec<String>),
-}
 
 /// A pipeline's table and what it holds per topic partition.
 pub struct Table {

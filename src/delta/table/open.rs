@@ -10,9 +10,21 @@ use deltalake::{DeltaTable, TableProperty};
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as StorePath;
 
+use super::error::{blocking, TableError};
 use super::layout::LayoutError;
+use super::schema as types;
 use super::store::TableLocation;
-use super::{blocking, schema as types, Opened, TableError};
+
+/// What opening the table did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    /// The table existed and takes the pipeline schema as it is.
+    Existing,
+    /// The table was created (version 0).
+    Created,
+    /// Columns were added for fields the pipeline schema gained.
+    Evolved(Vec<String>),
+}
 
 /// The table's newest snapshot (protocol, metadata, log segment; no file list).
 pub(crate) async fn load_snapshot(location: &TableLocation) -> Result<SnapshotRef, TableError> {

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use chrono::SecondsFormat;
 use serde_json::Value;
 
-use crate::serving::{CachedRow, FeatureView, ValueStyle};
+use crate::serving::{FeatureView, ValueStyle};
 
 /// The timestamp Feast gives join key columns and entities not found.
 pub const FEAST_EPOCH: &str = "1970-01-01T00:00:00Z";
@@ -38,12 +38,18 @@ pub struct FeastJson {
 }
 
 impl FeastJson {
-    /// `row` (of `view`) in Feast's JSON.
-    pub(crate) fn of(row: &CachedRow, view: &FeatureView) -> Self {
+    /// A row of `view` in Feast's JSON: its stored bytes per feature (`features` of them,
+    /// `value` gives each, `None` when not held) and its event time.
+    pub(crate) fn of<'r>(
+        features: usize,
+        value: impl Fn(usize) -> Option<&'r [u8]>,
+        event_time_ms: Option<i64>,
+        view: &FeatureView,
+    ) -> Self {
         let mut text = String::new();
-        let ends = (0..row.features())
+        let ends = (0..features)
             .map(|feature| {
-                if let Some(raw) = row.value(feature) {
+                if let Some(raw) = value(feature) {
                     let value = view.decode(feature, raw, ValueStyle::Feast);
                     if !value.is_null() {
                         push_json(&mut text, &value);
@@ -52,7 +58,7 @@ impl FeastJson {
                 text.len()
             })
             .collect();
-        if let Some(ms) = row.event_time_ms {
+        if let Some(ms) = event_time_ms {
             push_json(&mut text, &Value::String(feast_timestamp(ms)));
         }
         Self { text, ends }

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use super::body::read_json;
 use super::coverage;
 use super::error::ApiError;
-use super::server::ServingState;
+use super::state::ServingState;
 pub use json::FeastJson;
 pub use request::OnlineFeaturesRequest;
 pub use response::OnlineFeaturesResponse;

@@ -20,7 +20,9 @@ use redis::{PushKind, Value};
 pub use rows::CachedRow;
 use rows::Rows;
 
-use super::reader::{FeatureReader, Found, Lookup, QueryError};
+use super::lookup::{Found, Lookup, ViewFields};
+use super::query_error::QueryError;
+use super::view::FeatureView;
 use crate::metrics::{CacheLabels, Metrics};
 use crate::redis::{RedisClient, RedisConnection};
 
@@ -88,24 +90,23 @@ enum Source {
 }
 
 impl ReadCache {
-    /// [`FeatureReader::lookup`] through the cache: `reader`'s connection, which must be
-    /// one made by [`ReadCache::connect`].
-    pub(super) async fn lookup(
+    /// `FeatureReader::lookup` through the cache, over `connection`, which must be one made
+    /// by [`ReadCache::connect`] before this call; `fields_of` gives a view's hash fields
+    /// (borrowed for the reader's own views, whose rows the cache keeps).
+    pub(super) async fn lookup<'v>(
         &self,
-        reader: &FeatureReader,
+        mut connection: RedisConnection,
+        fields_of: impl Fn(&FeatureView) -> Cow<'v, ViewFields>,
         lookups: &[Lookup<'_>],
     ) -> Result<Vec<Vec<Found>>, QueryError> {
         let now = Instant::now();
-        // Connect first: a new connection empties the cache, and its epoch is then the one
-        // every read below is sent at.
-        let mut connection = reader.connection().await?;
         let read_at = self.rows.epoch();
         let mut commands = Vec::new();
         let mut sources = Vec::with_capacity(lookups.len());
         let (mut hits, mut misses) = (0, 0);
         for lookup in lookups {
             let view = lookup.view;
-            let fields = reader.fields_of(view);
+            let fields = fields_of(view);
             // Only this reader's own views have rows in the cache.
             let own = matches!(fields, Cow::Borrowed(_));
             let keys = lookup
@@ -150,13 +151,7 @@ impl ReadCache {
         let replies: Vec<Value> = if commands.is_empty() {
             Vec::new()
         } else {
-            match connection.query_all(commands).await {
-                Ok(replies) => replies,
-                Err(e) => {
-                    reader.forget_broken(&e).await;
-                    return Err(e.into());
-                }
-            }
+            connection.query_all(commands).await?
         };
         let mut replies: Vec<Option<Value>> = replies.into_iter().map(Some).collect();
         let mut take = |index: usize| replies.get_mut(index).and_then(Option::take);

@@ -91,7 +91,9 @@ impl CachedRow {
 
     /// The row in Feast's JSON (`view` is the row's own), worked out on the first call.
     pub fn feast_json(&self, view: &FeatureView) -> &FeastJson {
-        self.feast.get_or_init(|| FeastJson::of(self, view))
+        self.feast.get_or_init(|| {
+            FeastJson::of(self.features(), |f| self.value(f), self.event_time_ms, view)
+        })
     }
 }
 
