@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 use feature_connector::schema::{
-    Compatibility, DecoderSpec, PayloadDecoder, PayloadFormat, ReaderSchema, SchemaRegistry,
+    Compatibility, DecoderSpec, PayloadDecoder, PayloadFormat, ReaderSchema,
 };
 use feature_connector::source::{MessagePosition, SourceMessage};
 use libfuzzer_sys::fuzz_target;
@@ -41,10 +41,12 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
         capacity: 16,
     };
     // Messages without a schema version use the reader schema: no registry call is made.
-    let registry = SchemaRegistry::new(feature_connector::pulsar::PulsarAdmin::new(
-        feature_connector::tls::http_client(),
-        "http://127.0.0.1:9",
-    ));
+    let registry = feature_connector::pulsar::SchemaRegistry::new(
+        feature_connector::pulsar::PulsarAdmin::new(
+            feature_connector::tls::http_client(),
+            "http://127.0.0.1:9",
+        ),
+    );
     PayloadDecoder::new(spec, registry).expect("decoder")
 }
 

@@ -255,7 +255,7 @@ async fn upgrade(
     let store = TableRoot::open(url, config.root(), &service.object_store.options)?;
     let decoder = crate::schema::PayloadDecoder::new(
         pipeline.decoder_spec(),
-        crate::schema::SchemaRegistry::new(service.pulsar.admin()?),
+        crate::pulsar::SchemaRegistry::new(service.pulsar.admin()?),
     )
     .context("reader schema")?;
     let rows = crate::schema::TopicDecoders::new(decoder, Vec::new()).output_schema();

@@ -6,8 +6,9 @@ use clap::{Args, Subcommand};
 
 use super::{print_config_error, ConfigArgs, EXIT_CONFIG};
 use crate::config::PipelineConfig;
+use crate::pulsar::SchemaRegistry;
 use crate::pulsar::{resolve_partitions, PulsarServiceConfig, PulsarSource};
-use crate::schema::{check_writer, schema_topic, Compatibility, SchemaRegistry, WriterRejected};
+use crate::schema::{check_writer, schema_topic, Compatibility, WriterRejected};
 
 /// Options of `schemas`.
 #[derive(Debug, Args)]

@@ -15,10 +15,11 @@ use crate::config::{PipelineConfig, ServiceConfig};
 use crate::delta::DeltaSinkBuilder;
 use crate::health::Health;
 use crate::metrics::{LaneLabels, Metrics};
+use crate::pulsar::SchemaRegistry;
 use crate::pulsar::{
     resolve_partitions, PublishRange, PulsarAdmin, PulsarReaderSource, PulsarSource, TopicName,
 };
-use crate::schema::{PayloadDecoder, SchemaRegistry, TopicDecoders};
+use crate::schema::{PayloadDecoder, TopicDecoders};
 use crate::sink::{SinkBuilder, SinkContext};
 
 /// What to read.

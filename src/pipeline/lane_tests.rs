@@ -6,10 +6,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::*;
-use crate::pulsar::PulsarAdmin;
-use crate::schema::{
-    Compatibility, DecoderSpec, PayloadDecoder, PayloadFormat, ReaderSchema, SchemaRegistry,
-};
+use crate::pulsar::{PulsarAdmin, SchemaRegistry};
+use crate::schema::{Compatibility, DecoderSpec, PayloadDecoder, PayloadFormat, ReaderSchema};
 
 const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
     {"name":"id","type":"string"},{"name":"ts","type":"long"},{"name":"v","type":"double"}]}"#;

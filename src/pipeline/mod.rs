@@ -28,11 +28,12 @@ pub use lane::{Lane, LaneError};
 use crate::config::{PipelineConfig, ServiceConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::pulsar::SchemaRegistry;
 use crate::pulsar::{
     CredentialError, Delivery, PulsarAdmin, PulsarError, PulsarSkippedEntries, PulsarSource,
     SubscriptionKind,
 };
-use crate::schema::{schema_topic, PayloadDecoder, SchemaRegistry, TopicDecoders};
+use crate::schema::{schema_topic, PayloadDecoder, TopicDecoders};
 use crate::sink::{Sink, SinkBuilder, SinkContext};
 use crate::source::{AckMode, OfflineOrigins, SkippedEntries, SourceError};
 

@@ -14,8 +14,9 @@ use super::reason::DeadLetterReason;
 use super::row_decoders::{
     arrow_schema_of, build_row_decoder, PayloadError, PayloadFormat, RowDecoder,
 };
-use super::{check_writer, Compatibility, ReaderSchema, SchemaRegistry};
+use super::{check_writer, Compatibility, ReaderSchema};
 use crate::pulsar::AdminError;
+use crate::pulsar::SchemaRegistry;
 use crate::record::event_time_millis;
 use crate::source::SourceMessage;
 

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use super::reason::DeadLetterReason;
-use super::{Compatibility, PayloadFormat, ReaderSchema, WriterSchema};
+use super::{Compatibility, PayloadFormat, ReaderSchema};
+use crate::pulsar::WriterSchema;
 
 /// Why a writer schema cannot be read with the pipeline's reader schema.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use feature_connector::config::load_pipelines;
 use feature_connector::schema::{
-    Compatibility, DecoderSpec, PayloadDecoder, PayloadFormat, ReaderSchema, SchemaRegistry,
+    Compatibility, DecoderSpec, PayloadDecoder, PayloadFormat, ReaderSchema,
 };
 use feature_connector::source::{MessagePosition, SourceMessage};
 
@@ -43,10 +43,12 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
     };
     PayloadDecoder::new(
         spec,
-        SchemaRegistry::new(feature_connector::pulsar::PulsarAdmin::new(
-            feature_connector::tls::http_client(),
-            "http://127.0.0.1:9",
-        )),
+        feature_connector::pulsar::SchemaRegistry::new(
+            feature_connector::pulsar::PulsarAdmin::new(
+                feature_connector::tls::http_client(),
+                "http://127.0.0.1:9",
+            ),
+        ),
     )
     .expect("decoder")
 }

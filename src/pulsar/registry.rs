@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use crate::pulsar::{parse_admin_answer, AdminError, PulsarAdmin, TopicName};
+use super::admin::{parse as parse_admin_answer, AdminError, PulsarAdmin};
+use super::topic::TopicName;
 
 /// One registered writer schema version.
 #[derive(Debug, Clone, PartialEq, Eq)]
