@@ -103,8 +103,19 @@ pub struct DeltaSinkConfig {
     pub checkpoint_interval: u64,
 }
 
+/// Table settings every writer of a table starts from (the offline sink's defaults; the
+/// feature log's tables use them as they are).
+pub mod defaults {
+    /// Zstandard level of the data files.
+    pub const ZSTD_LEVEL: i32 = 3;
+    /// Rows per Parquet row group.
+    pub const ROW_GROUP_ROWS: usize = 128 * 1024;
+    /// `delta.checkpointInterval` of a new table.
+    pub const CHECKPOINT_INTERVAL: u64 = 100;
+}
+
 fn default_checkpoint_interval() -> u64 {
-    100
+    defaults::CHECKPOINT_INTERVAL
 }
 
 fn default_true() -> bool {
@@ -124,10 +135,10 @@ fn default_idle_commit() -> Duration {
     Duration::from_millis(200)
 }
 fn default_zstd_level() -> i32 {
-    3
+    defaults::ZSTD_LEVEL
 }
 fn default_row_group_rows() -> usize {
-    128 * 1024
+    defaults::ROW_GROUP_ROWS
 }
 
 /// URL schemes the offline sink accepts.

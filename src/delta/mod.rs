@@ -23,8 +23,10 @@
 //!
 //! - [`table`]: what any writer of the table needs: the snapshot kept current, commits with
 //!   topic positions, the data files, the columns and schema, the object store.
+//! - [`writer`]: the one rollover writer: when a rollover is due, its files written once and
+//!   committed as one version (the offline sink and the feature log use it).
 //! - [`streaming`]: the sink of a pipeline's `offline:` section: buffers a rollover, commits
-//!   it, reports its messages durable.
+//!   it through the writer with its topic positions, reports its messages durable.
 //! - [`ops`]: the operator commands `offline compact`, `vacuum` and `upgrade`.
 
 mod builder;
@@ -34,10 +36,11 @@ mod probe;
 mod section;
 pub mod streaming;
 pub mod table;
+pub mod writer;
 
 pub use builder::DeltaSinkBuilder;
 pub use config::{
-    check_store_url, Compression, DeltaSinkConfig, Granularity, ObjectStoreServiceConfig,
+    check_store_url, defaults, Compression, DeltaSinkConfig, Granularity, ObjectStoreServiceConfig,
     PartitionTime,
 };
 pub use probe::ObjectStoreProbe;
@@ -49,3 +52,4 @@ pub use table::{
     TableLayout, TableLocation, TableRoot, TableSpec, DATE_COLUMN, HOUR_COLUMN,
     PUBLISH_TIME_COLUMN,
 };
+pub use writer::{Landed, RolloverError, RolloverLimits, RolloverRows, RolloverWriter};

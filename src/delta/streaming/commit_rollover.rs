@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use super::{fatal, DeltaSink};
-use crate::delta::table::files::write_files;
 use crate::delta::table::positions::{representable, transactions};
+use crate::delta::writer::{Landed, RolloverError, RolloverRows};
 use crate::delta::{metadata_keys, writer_properties, CommitError};
 use crate::retry::Backoff;
 use crate::sink::SinkError;
@@ -25,8 +25,6 @@ impl DeltaSink {
         let started = Instant::now();
         let labels = self.labels();
         let mut backoff = Backoff::default();
-        // Files already written for exactly this set of messages (reused after a conflict).
-        let mut written: Option<(u64, Vec<deltalake::kernel::Add>)> = None;
         let taken = loop {
             let table = self
                 .table
@@ -80,40 +78,6 @@ impl DeltaSink {
                 .table
                 .as_mut()
                 .ok_or_else(|| SinkError::fatal("no table"))?;
-            // Same messages and same rows: the files written before a conflict still fit.
-            // (Fingerprinted only after a failed attempt: a commit that lands needs none.)
-            let adds = match written.take() {
-                Some((same, adds)) if same == fingerprint(taken.rows(), taken.positions()) => adds,
-                _ => {
-                    let properties = writer_properties(
-                        &self.config,
-                        vec![
-                            (metadata_keys::PIPELINE.into(), self.spec.pipeline.clone()),
-                            (
-                                metadata_keys::SCHEMA_FINGERPRINT.into(),
-                                self.schema_fingerprint.clone(),
-                            ),
-                            (metadata_keys::MESSAGE_RANGES.into(), taken.ranges_json()),
-                        ],
-                    )
-                    .map_err(|e| SinkError::fatal_from("Parquet settings", e))?;
-                    let files = match table.files_table().await {
-                        Ok(files) => write_files(files, taken.row_batches(), properties)
-                            .await
-                            .map_err(|e| e.to_string()),
-                        Err(e) => Err(e.to_string()),
-                    };
-                    match files {
-                        Ok(adds) => adds,
-                        Err(e) => {
-                            self.rollover.put_back(taken);
-                            self.pause(&mut backoff, "writing Parquet files failed", &e)
-                                .await?;
-                            continue;
-                        }
-                    }
-                }
-            };
             let now_ms = chrono::Utc::now().timestamp_millis();
             let mut txns = Vec::new();
             let origin_keys = match self.offline_origins {
@@ -132,11 +96,33 @@ impl DeltaSink {
                     txns.extend(transactions(&partition, key, now_ms));
                 }
             }
-            let (files, bytes) = (adds.len(), adds.iter().map(|a| a.size).sum::<i64>());
-            match table.commit(adds.clone(), txns).await {
-                Ok(committed) => {
+            // Same messages and same rows: the files written before a failed attempt still
+            // fit. (Fingerprinted only after a failed attempt: a commit that lands needs none.)
+            let rows = RolloverRows {
+                fingerprint: || fingerprint(taken.rows(), taken.positions()),
+                files: || {
+                    let properties = writer_properties(
+                        &self.config,
+                        vec![
+                            (metadata_keys::PIPELINE.into(), self.spec.pipeline.clone()),
+                            (
+                                metadata_keys::SCHEMA_FINGERPRINT.into(),
+                                self.schema_fingerprint.clone(),
+                            ),
+                            (metadata_keys::MESSAGE_RANGES.into(), taken.ranges_json()),
+                        ],
+                    )?;
+                    Ok((taken.row_batches(), properties))
+                },
+            };
+            match self.writer.commit(table, rows, txns).await {
+                Ok(Landed {
+                    version,
+                    files,
+                    bytes,
+                }) => {
                     tracing::info!(
-                        version = committed.version,
+                        version,
                         files,
                         bytes,
                         rows = taken.rows(),
@@ -151,11 +137,11 @@ impl DeltaSink {
                         metrics
                             .parquet_bytes_written
                             .get_or_create(&labels)
-                            .inc_by(u64::try_from(bytes).unwrap_or(0));
+                            .inc_by(bytes);
                         metrics
                             .offline_table_version
                             .get_or_create(&labels)
-                            .set(i64::try_from(committed.version).unwrap_or(i64::MAX));
+                            .set(i64::try_from(version).unwrap_or(i64::MAX));
                     }
                     let arrow_bytes = taken.arrow_bytes();
                     if arrow_bytes > 0 && bytes > 0 {
@@ -163,7 +149,15 @@ impl DeltaSink {
                     }
                     break taken;
                 }
-                Err(CommitError::Conflict(version)) => {
+                Err(RolloverError::Settings(e)) => {
+                    return Err(SinkError::fatal_from("Parquet settings", e));
+                }
+                Err(e @ (RolloverError::Table(_) | RolloverError::Files(_))) => {
+                    self.rollover.put_back(taken);
+                    self.pause(&mut backoff, "writing Parquet files failed", &e)
+                        .await?;
+                }
+                Err(RolloverError::Commit(CommitError::Conflict(version))) => {
                     tracing::info!(
                         version,
                         "another writer committed first; re-checking what the table holds"
@@ -174,13 +168,11 @@ impl DeltaSink {
                             .get_or_create(&labels)
                             .inc();
                     }
-                    written = Some((fingerprint(taken.rows(), taken.positions()), adds));
                     self.rollover.put_back(taken);
                     self.stale = true;
                 }
-                Err(CommitError::Failed(e)) => {
+                Err(RolloverError::Commit(CommitError::Failed(e))) => {
                     // It may have landed: the refresh at the top of the loop finds out.
-                    written = Some((fingerprint(taken.rows(), taken.positions()), adds));
                     self.rollover.put_back(taken);
                     self.stale = true;
                     self.pause(&mut backoff, "offline commit failed", &e)

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use crate::delta::writer::{RolloverLimits, RolloverWriter};
 use crate::delta::{DeltaSinkConfig, Opened, Table, TableError, TableLayout, TableSpec};
 use crate::metrics::{Metrics, PipelineLabels};
 use crate::record::RowBatch;
@@ -40,6 +41,8 @@ pub struct DeltaSink {
     pub(super) table: Option<Table>,
     pub(super) layout: Option<TableLayout>,
     pub(super) rollover: Rollover,
+    /// Commits rollovers, keeping the files of an attempt that did not land.
+    pub(super) writer: RolloverWriter,
     /// Whether the log may hold commits the sink has not read (after a conflict, a failed
     /// commit, or while messages wait behind a gap).
     pub(super) stale: bool,
@@ -71,6 +74,7 @@ impl DeltaSink {
             table,
             layout: None,
             rollover: Rollover::default(),
+            writer: RolloverWriter::default(),
             stale: false,
             gap_grace: GAP_GRACE,
             bridge: GapBridge::default(),
@@ -190,10 +194,17 @@ impl DeltaSink {
         })
     }
 
+    fn limits(&self) -> RolloverLimits {
+        RolloverLimits {
+            rows: self.config.rollover_rows,
+            interval: self.config.rollover_interval,
+        }
+    }
+
     fn due_by_age(&self) -> bool {
-        self.rollover
-            .opened_at
-            .is_some_and(|opened| opened.elapsed() >= self.config.rollover_interval)
+        self.limits()
+            .due_at(self.rollover.opened_at)
+            .is_some_and(|at| std::time::Instant::now() >= at)
     }
 
     fn due_when_idle(&self) -> bool {
@@ -311,9 +322,11 @@ impl Sink for DeltaSink {
             .drop_held_in_newest(table.positions())
             .map_err(fatal)?;
         self.count_skipped(dropped);
-        if self.rollover.rows() >= self.config.rollover_rows
+        let now = std::time::Instant::now();
+        if self
+            .limits()
+            .due(self.rollover.rows(), self.rollover.opened_at, now)
             || self.due_by_size()
-            || self.due_by_age()
         {
             self.commit().await
         } else {

@@ -7,9 +7,10 @@
 //! request's rows (the join keys and what Redis held, moved, not copied) to a queue bounded
 //! in rows (`queue_rows`, counting rows until their commit); when it is full the rows are
 //! dropped and counted (`feature_log_rows{outcome="dropped"}`). One task per process
-//! (`writer`) turns them into Arrow batches per view, writes ZSTD Parquet files and commits
-//! them through the offline sink's Delta machinery, once `rollover_rows` rows of a view wait
-//! or its oldest waited `rollover_interval`; a failed write or commit is retried with
+//! (`writer`) turns them into Arrow batches per view and commits them through
+//! [`crate::delta::RolloverWriter`] (the offline sink's, with the table defaults of
+//! [`crate::delta::defaults`]), once `rollover_rows` rows of a view wait or its oldest
+//! waited `rollover_interval`; a failed write or commit is retried with
 //! backoff, and what it holds at shutdown is committed before the process exits.
 //!
 //! A commit whose outcome the store left unknown is tried again, so a row can (rarely) be

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
-use deltalake::kernel::Add;
 use parquet::file::properties::WriterProperties;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -13,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::rows::{self, LOG_DATE};
 use super::{LoggedRequest, Shared, WriterSettings};
-use crate::delta::table::files;
-use crate::delta::{parquet_properties, CommitError, Compression, Table, TableError};
+use crate::delta::writer::{RolloverError, RolloverLimits, RolloverRows, RolloverWriter};
+use crate::delta::{defaults, parquet_properties, CommitError, Compression, Table, TableError};
 use crate::retry::Backoff;
 
 /// How long the writer keeps taking rows after shutdown began, for answers still being
@@ -25,20 +24,14 @@ const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// Commits that lose the race to another writer are tried again at once this many times
 /// before backing off.
 const CONFLICT_RETRIES: u32 = 10;
-const ZSTD_LEVEL: i32 = 3;
-const ROW_GROUP_ROWS: usize = 128 * 1024;
-/// The table property `delta.checkpointInterval` of the logged tables.
-const CHECKPOINT_INTERVAL: u64 = 100;
 
 /// Why a rollover did not land (retried until shutdown).
 #[derive(Debug, thiserror::Error)]
 enum WriteError {
     #[error("{0}")]
     Table(#[from] TableError),
-    #[error("writing the log's files: {0}")]
-    Files(#[from] deltalake::DeltaTableError),
     #[error("{0}")]
-    Commit(#[from] CommitError),
+    Rollover(#[from] RolloverError),
     #[error("building the log's rows: {0}")]
     Rows(String),
 }
@@ -58,6 +51,10 @@ pub(crate) struct Writer {
     cancel: CancellationToken,
     pending: Vec<Pending>,
     tables: Vec<Option<Table>>,
+    /// Per view, its table's rollover writer.
+    writers: Vec<RolloverWriter>,
+    /// Numbers each batch, so that a rollover writer reuses files only for their own batch.
+    batches: u64,
     properties: WriterProperties,
 }
 
@@ -72,15 +69,21 @@ impl Writer {
             "feature_connector.feature_log".to_string(),
             "served rows".to_string(),
         )];
-        let properties =
-            parquet_properties(Compression::Zstd, ZSTD_LEVEL, ROW_GROUP_ROWS, metadata)
-                .unwrap_or_default();
+        let properties = parquet_properties(
+            Compression::Zstd,
+            defaults::ZSTD_LEVEL,
+            defaults::ROW_GROUP_ROWS,
+            metadata,
+        )
+        .unwrap_or_default();
         Self {
             shared,
             settings,
             cancel,
             pending: (0..views).map(|_| Pending::default()).collect(),
             tables: (0..views).map(|_| None).collect(),
+            writers: (0..views).map(|_| RolloverWriter::default()).collect(),
+            batches: 0,
             properties,
         }
     }
@@ -97,12 +100,13 @@ impl Writer {
         let mut drain = tokio::time::interval(DRAIN_EVERY);
         drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let limits = self.limits();
             let due = self
                 .pending
                 .iter()
-                .filter_map(|p| p.since)
+                .filter_map(|p| limits.due_at(p.since.map(Instant::into_std)))
                 .min()
-                .map(|since| since + self.settings.rollover_interval);
+                .map(Instant::from_std);
             tokio::select! {
                 _ = drain.tick() => {
                     // Taken in batches rather than awaited one by one: a sender then never
@@ -113,7 +117,7 @@ impl Writer {
                             Ok(request) => {
                                 let view = request.view;
                                 self.push(request);
-                                if self.pending[view].rows >= self.settings.rollover_rows {
+                                if self.due(view, Instant::now()) {
                                     self.commit(view).await;
                                 }
                             }
@@ -131,10 +135,7 @@ impl Writer {
                 () = sleep_until(due) => {
                     let now = Instant::now();
                     for view in 0..self.pending.len() {
-                        if self.pending[view]
-                            .since
-                            .is_some_and(|since| since + self.settings.rollover_interval <= now)
-                        {
+                        if self.due(view, now) {
                             self.commit(view).await;
                         }
                     }
@@ -156,6 +157,24 @@ impl Writer {
             table.finish_checkpoint(Duration::from_secs(5)).await;
         }
         tracing::info!("feature log stopped");
+    }
+
+    fn limits(&self) -> RolloverLimits {
+        RolloverLimits {
+            rows: self.settings.rollover_rows,
+            interval: self.settings.rollover_interval,
+        }
+    }
+
+    /// Whether the rows of `view` that wait are due for their commit at `now`.
+    fn due(&self, view: usize, now: Instant) -> bool {
+        self.pending.get(view).is_some_and(|pending| {
+            self.limits().due(
+                pending.rows,
+                pending.since.map(Instant::into_std),
+                now.into_std(),
+            )
+        })
     }
 
     fn push(&mut self, request: LoggedRequest) {
@@ -216,12 +235,13 @@ impl Writer {
     /// at shutdown (after one attempt past it). Returns the table version.
     async fn write(&mut self, view: usize, batch: RecordBatch) -> Result<u64, WriteError> {
         let mut backoff = Backoff::default();
-        let mut adds: Option<Vec<Add>> = None;
         let mut conflicts = 0;
+        self.batches += 1;
+        let batch_id = self.batches;
         loop {
-            match self.attempt(view, &batch, &mut adds).await {
+            match self.attempt(view, &batch, batch_id).await {
                 Ok(version) => return Ok(version),
-                Err(WriteError::Commit(CommitError::Conflict(_)))
+                Err(WriteError::Rollover(RolloverError::Commit(CommitError::Conflict(_))))
                     if conflicts < CONFLICT_RETRIES =>
                 {
                     conflicts += 1;
@@ -240,23 +260,28 @@ impl Writer {
         }
     }
 
+    /// One attempt: the batch's files (written at its first attempt only) committed as the
+    /// next version.
     async fn attempt(
         &mut self,
         view: usize,
         batch: &RecordBatch,
-        adds: &mut Option<Vec<Add>>,
+        batch_id: u64,
     ) -> Result<u64, WriteError> {
         let properties = self.properties.clone();
-        let table = self.table(view).await?;
-        if adds.is_none() {
-            let files_table = table.files_table().await?;
-            let written = files::write_files(files_table, vec![batch.clone()], properties).await?;
-            *adds = Some(written);
-        }
-        let files = adds.clone().unwrap_or_default();
-        match table.commit(files, Vec::new()).await {
-            Ok(committed) => Ok(committed.version),
-            Err(e) => {
+        self.table(view).await?;
+        let (Some(Some(table)), Some(writer)) =
+            (self.tables.get_mut(view), self.writers.get_mut(view))
+        else {
+            return Err(TableError::Refused("no feature log table".into()).into());
+        };
+        let rows = RolloverRows {
+            fingerprint: || batch_id,
+            files: || Ok((vec![batch.clone()], properties)),
+        };
+        match writer.commit(table, rows, Vec::new()).await {
+            Ok(landed) => Ok(landed.version),
+            Err(e @ RolloverError::Commit(_)) => {
                 // Another writer's version, or a commit that may have landed: read the
                 // table's newest version before the next attempt.
                 if let Err(refresh) = table.refresh().await {
@@ -264,6 +289,7 @@ impl Writer {
                 }
                 Err(e.into())
             }
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -283,7 +309,7 @@ impl Writer {
                 name,
                 &log_view.schema,
                 &[LOG_DATE.to_string()],
-                CHECKPOINT_INTERVAL,
+                defaults::CHECKPOINT_INTERVAL,
                 &rows::stats_columns(&log_view.view),
                 false,
             )
