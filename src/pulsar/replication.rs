@@ -58,7 +58,9 @@ impl ReplicationConfig {
             issues.push(ConfigIssue::at_key(
                 file,
                 "pulsar.replication.replicated_subscriptions",
-                "replicated subscriptions are for active/standby (`offline: all_regions`, one                  sidecar running); with `offline: own_region` every region's sidecar runs and                  each would acknowledge the others' events",
+                "replicated subscriptions are for active/standby (`offline: all_regions`, one \
+                 sidecar running); with `offline: own_region` every region's sidecar runs and \
+                 each would acknowledge the others' events",
             ));
         }
         issues
@@ -193,5 +195,11 @@ mod tests {
             issues[0].key.as_deref(),
             Some("pulsar.replication.replicated_subscriptions")
         );
+        assert!(
+            issues[0].message.contains("(`offline: all_regions`, one sidecar running);"),
+            "{}",
+            issues[0].message
+        );
+        assert!(!issues[0].message.contains("  "), "{}", issues[0].message);
     }
 }
