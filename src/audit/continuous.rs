@@ -21,13 +21,14 @@ use std::time::Instant;
 use super::offline::read_recent;
 use super::sample::Sampler;
 use super::{
-    compare_with_online, entity_hash, AuditConfig, AuditError, AuditReport, AuditTarget, EntityKey,
-    OfflineRow, Outcome, Selection, TableRead,
+    compare_with_online, AuditConfig, AuditError, AuditReport, AuditTarget, EntityKey, OfflineRow,
+    Outcome, Selection, TableRead,
 };
 use crate::delta::Table;
 use crate::metrics::{
     AuditFeatureLabels, AuditOutcomeLabels, AuditRunLabels, Metrics, PipelineLabels,
 };
+use crate::record::entity_hash;
 
 /// Audits `targets` every `config.interval` until `cancel` fires.
 pub async fn run(

@@ -24,11 +24,11 @@ use std::time::Instant;
 pub use classify::{compare, EntityKey, OfflineRow, OnlineRow, Outcome};
 pub use config::AuditConfig;
 pub use report::{AuditReport, Example, FeatureReport, LagReport};
-pub use sample::{entity_hash, Selection};
+pub use sample::Selection;
 pub use served::audit_served;
 
 use crate::delta::{Table, TableError, TableLocation};
-use crate::record::RowLayout;
+use crate::record::{entity_hash, RowLayout};
 use crate::redis::RedisServiceConfig;
 use crate::serving::{FeatureReader, FeatureView, QueryError};
 pub(crate) use report::TableRead;

@@ -16,13 +16,14 @@ use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBui
 use parquet::arrow::ProjectionMask;
 
 use super::classify::{EntityKey, OfflineRow};
-use super::sample::{entity_hash, Offered, SampleFilter, Sampler};
+use super::sample::{Offered, SampleFilter, Sampler};
 use super::values::table_value;
 use super::{AuditError, TableRead};
 use crate::delta::ops::partition_end_ms;
 use crate::delta::{ActiveFile, Table};
+use crate::record::entity_hash;
+use crate::record::KeyHasher;
 use crate::record::{event_time_millis, RowLayout};
-use crate::serving::KeyHasher;
 
 /// Files read at once.
 const FILES_AT_ONCE: usize = 4;

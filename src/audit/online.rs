@@ -6,8 +6,9 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::classify::{EntityKey, OnlineRow};
-use super::sample::{entity_hash, Offered, Sampler};
+use super::sample::{Offered, Sampler};
 use super::AuditError;
+use crate::record::entity_hash;
 use crate::redis::feast::decode_entity_key;
 use crate::redis::{LayoutKind, RedisClient, RedisServiceConfig};
 use crate::serving::{FeatureReader, FeatureView, Found, Lookup, ValueStyle};

@@ -1,15 +1,14 @@
 //! Which entities an audit looks at: all of them, the ones a caller names, or a sample of
 //! a given size chosen by key hash (the entities with the smallest hashes), so that
 //! repeated runs follow the same keys while the population stays the same. The hash is the
-//! feature log's ([`entity_hash`]): a log that keeps a share `r` of entities holds the
-//! audit's sample of the smallest hashes whenever the sample is at most `r` of them.
+//! feature log's ([`crate::record::entity_hash`]): a log that keeps a share `r` of entities
+//! holds the audit's sample of the smallest hashes whenever the sample is at most `r` of them.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::classify::EntityKey;
-pub use crate::serving::entity_hash;
 
 /// How entities are chosen.
 #[derive(Debug, Clone)]
@@ -154,6 +153,7 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::entity_hash;
 
     fn key(n: u32) -> EntityKey {
         vec![n.to_string()]

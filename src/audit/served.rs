@@ -15,9 +15,10 @@ use serde_json::Value;
 use super::classify::{compare, EntityKey, OfflineRow, OnlineRow};
 use super::offline::{feature_values, fold_file, history_rows, key_columns, required};
 use super::report::{AuditReport, ReportHead};
-use super::sample::{entity_hash, Offered, Sampler, Selection};
+use super::sample::{Offered, Sampler, Selection};
 use super::{AuditError, AuditTarget, TableRead};
 use crate::delta::{Table, TableLocation};
+use crate::record::entity_hash;
 use crate::record::event_time_millis;
 
 /// The log table's request-time column.

@@ -29,21 +29,20 @@
 //!   it through the writer with its topic positions, reports its messages durable.
 //! - [`ops`]: the operator commands `offline compact`, `vacuum` and `upgrade`.
 
-mod builder;
 mod config;
 pub mod ops;
 mod probe;
-mod section;
+mod sink;
 pub mod streaming;
 pub mod table;
 pub mod writer;
 
-pub use builder::DeltaSinkBuilder;
 pub use config::{
     check_store_url, defaults, Compression, DeltaSinkConfig, Granularity, ObjectStoreServiceConfig,
     PartitionTime,
 };
 pub use probe::ObjectStoreProbe;
+pub use sink::DeltaSinkBuilder;
 pub use streaming::DeltaSink;
 pub use table::{
     canonical, column_type, desired_schema, instance_id, message_key, metadata_keys,

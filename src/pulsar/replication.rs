@@ -196,7 +196,9 @@ mod tests {
             Some("pulsar.replication.replicated_subscriptions")
         );
         assert!(
-            issues[0].message.contains("(`offline: all_regions`, one sidecar running);"),
+            issues[0]
+                .message
+                .contains("(`offline: all_regions`, one sidecar running);"),
             "{}",
             issues[0].message
         );

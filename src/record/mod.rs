@@ -1,5 +1,7 @@
 //! Decoded rows as they travel to the sinks: an Arrow batch plus the messages behind it.
 
+mod sample;
+
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{
     DataType, Int64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
@@ -7,6 +9,8 @@ use arrow::datatypes::{
 };
 
 use crate::source::MessagePosition;
+
+pub use sample::{entity_hash, KeyHasher, SampleRate};
 
 /// One processing batch handed to a sink.
 #[derive(Debug, Clone)]

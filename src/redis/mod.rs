@@ -1,9 +1,14 @@
-//! The Redis online store: the sink that writes it (one hash per entity, newest event time
-//! wins, native or Feast layout) and the parts every reader of the store shares: the
-//! connection ([`RedisClient`]), the key encoding ([`entity_key`], [`feast::key_from_text`])
-//! and the layouts' value formats ([`feast`]). Reads are the `serving` module's.
+//! Redis, the online store: everything that speaks to it.
+//!
+//! - [`RedisClient`], [`RedisConnection`]: the connection (standalone, cluster, TLS), with
+//!   client tracking for the serving read cache ([`RedisClient::connect_tracking`]).
+//! - Layouts ([`Layout`]: native, or Feast's bytes through [`feast`]), the key encoding
+//!   ([`entity_key`], [`feast::key_from_text`]) and latest-wins within a batch.
+//! - The latest-wins script calls and [`RedisSink`], the writer behind a pipeline's
+//!   `online:` section; `sink.rs` plugs it into the runtime ([`RedisSinkBuilder`]).
+//!
+//! Reads are the `serving` module's; it uses the connection, keys and layouts from here.
 
-mod builder;
 mod calls;
 mod config;
 mod connection;
@@ -12,17 +17,17 @@ mod feast_proto;
 mod layout;
 mod newest;
 mod probe;
-mod section;
+mod sink;
 mod ties;
 #[cfg(test)]
 mod ties_script_tests;
 mod writer;
 
-pub use builder::RedisSinkBuilder;
 pub use config::{LayoutKind, RedisMode, RedisServiceConfig, RedisSinkConfig};
 pub use connection::{RedisClient, RedisConnection, RedisSetupError};
 pub use feast::supported as feast_supports;
 pub use layout::{entity_key, Layout, NativeLayout, EVENT_TIME_FIELD};
 pub use probe::RedisProbe;
-pub use section::overlapping_key_spaces;
+pub use sink::overlapping_key_spaces;
+pub use sink::RedisSinkBuilder;
 pub use writer::RedisSink;

@@ -4,7 +4,7 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 
 use super::reason::DeadLetterReason;
-use super::row_decoders::PayloadFormat;
+use super::payload_formats::PayloadFormat;
 
 /// What the classifier needs about the pipeline.
 pub struct Expectations<'a> {

@@ -10,10 +10,10 @@ use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, Float32Type, Float64Type, Schema, SchemaRef};
 
 use super::classify::{classify, Expectations};
-use super::reason::DeadLetterReason;
-use super::row_decoders::{
+use super::payload_formats::{
     arrow_schema_of, build_row_decoder, PayloadError, PayloadFormat, RowDecoder,
 };
+use super::reason::DeadLetterReason;
 use super::{check_writer, Compatibility, ReaderSchema};
 use crate::pulsar::AdminError;
 use crate::pulsar::SchemaRegistry;

@@ -4,17 +4,17 @@
 mod classify;
 mod compatibility;
 mod decoder;
+mod payload_formats;
 mod reader_schema;
 mod reason;
-mod row_decoders;
 mod topics;
 mod writer_check;
 
 pub use compatibility::{read_problems, type_name, Compatibility};
 pub use decoder::{DecodeError, DecodeFailure, Decoded, DecoderSpec, PayloadDecoder};
+pub use payload_formats::{PayloadError, PayloadFormat};
 pub use reader_schema::{ReaderSchema, SchemaError};
 pub use reason::DeadLetterReason;
-pub use row_decoders::{PayloadError, PayloadFormat};
 pub use topics::{schema_topic, TopicDecoders};
 pub use writer_check::{check_writer, WriterRejected};
 
@@ -22,7 +22,7 @@ pub use writer_check::{check_writer, WriterRejected};
 pub fn arrow_schema_of_reader(
     reader: &ReaderSchema,
 ) -> Result<Vec<(String, arrow::datatypes::DataType)>, PayloadError> {
-    Ok(row_decoders::arrow_schema_of(&reader.json)?
+    Ok(payload_formats::arrow_schema_of(&reader.json)?
         .fields()
         .iter()
         .map(|f| (f.name().clone(), f.data_type().clone()))

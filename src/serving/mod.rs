@@ -8,7 +8,7 @@
 //!   `guard` (bearer token, request slots) and the body limits (`body`).
 //! - [`ServingConfig`] is the service file's `serving:` section with its checks.
 //! - [`FeatureLog`] logs the rows `/get-online-features` answered to a Delta table per view
-//!   (`serving.feature_logging`), for the entities [`entity_hash`] picks.
+//!   (`serving.feature_logging`), for the entities [`crate::record::entity_hash`] picks.
 //!
 //! Serving reads the store the Redis sink writes: connection, key encoding and layouts come
 //! from [`crate::redis`]; no sink knows an HTTP answer format. The listener itself and
@@ -25,7 +25,6 @@ mod lookup;
 mod query_error;
 mod read_cache;
 mod reader;
-mod sample;
 mod server;
 mod state;
 pub mod v1;
@@ -44,7 +43,6 @@ pub use lookup::{Found, Lookup};
 pub use query_error::QueryError;
 pub use read_cache::{CachedRow, ReadCache};
 pub use reader::FeatureReader;
-pub use sample::{entity_hash, KeyHasher, SampleRate};
 pub use server::{router, serve_reads};
 pub use state::{Reads, ServingState};
 pub use values::{feast_float, ValueStyle};

@@ -32,10 +32,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::sample::SampleRate;
 use super::{FeatureLoggingConfig, FeatureView, Found, Lookup};
 use crate::delta::{LayoutError, StoreError, TableRoot};
 use crate::metrics::{FeatureLogLabels, Metrics};
+use crate::record::SampleRate;
 pub use rows::{EVENT_TIMESTAMP, LOG_DATE, LOG_TIMESTAMP, REQUEST_ID, STATUS_SUFFIX};
 
 /// The feature log could not start.

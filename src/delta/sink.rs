@@ -1,16 +1,91 @@
-//! Turns a pipeline's `offline:` section into a running Delta sink.
+//! How the Delta offline sink plugs into the runtime: the pipeline file's `offline:` section
+//! ([`DeltaSinkConfig`]) with its checks, and the builder of the running sink.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use arrow::datatypes::{DataType, Field, Schema};
 use async_trait::async_trait;
 
 use super::{
-    DeltaSink, DeltaSinkConfig, ObjectStoreProbe, ObjectStoreServiceConfig, Table, TableError,
-    TableRoot, TableSpec,
+    check_store_url, desired_schema, DeltaSink, DeltaSinkConfig, Granularity, ObjectStoreProbe,
+    ObjectStoreServiceConfig, Table, TableError, TableRoot, TableSpec,
 };
-use crate::sink::{Sink, SinkBuilder, SinkContext, SinkError};
+use crate::sink::{PipelineShape, Sink, SinkBuilder, SinkContext, SinkError, SinkSection};
 use crate::source::AckMode;
+use crate::yaml::{issue_at, ConfigIssue};
+
+impl SinkSection for DeltaSinkConfig {
+    type Service = ObjectStoreServiceConfig;
+
+    fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    fn check(&self, pipeline: &PipelineShape<'_>) -> Vec<ConfigIssue> {
+        let file = pipeline.file;
+        let mut issues = Vec::new();
+        if let Some(url) = &self.url {
+            if let Err(message) = check_store_url(&url.value) {
+                issues.push(issue_at(file, url, "offline.url", message));
+            }
+        }
+        let plain = |key: &str, message: &str| ConfigIssue::at_key(file, key, message);
+        if self.rollover_rows == 0 {
+            issues.push(plain("offline.rollover_rows", "must be at least 1"));
+        }
+        if self.rollover_interval.is_zero() {
+            issues.push(plain("offline.rollover_interval", "must be positive"));
+        }
+        if !(1..=22).contains(&self.zstd_level) {
+            issues.push(plain("offline.zstd_level", "must be between 1 and 22"));
+        }
+        if self.row_group_rows == 0 {
+            issues.push(plain("offline.row_group_rows", "must be at least 1"));
+        }
+        if self.checkpoint_interval == 0 {
+            issues.push(plain("offline.checkpoint_interval", "must be at least 1"));
+        }
+        if let Some(types) = pipeline.types {
+            issues.extend(table_issues(pipeline, types, self.partition_granularity));
+        }
+        issues
+    }
+
+    fn builder(&self, service: &ObjectStoreServiceConfig) -> Box<dyn SinkBuilder> {
+        Box::new(DeltaSinkBuilder {
+            service: service.clone(),
+            config: self.clone(),
+            gap_grace: None,
+        })
+    }
+}
+
+/// Fields the Delta table cannot take (a name it adds itself, a type Delta lacks).
+fn table_issues(
+    pipeline: &PipelineShape<'_>,
+    types: &[(String, DataType)],
+    granularity: Granularity,
+) -> Vec<ConfigIssue> {
+    let wanted = |name: &str| {
+        pipeline.keys.iter().any(|k| k == name)
+            || name == pipeline.event_time
+            || pipeline.features.iter().any(|f| f == name)
+    };
+    let fields: Vec<Field> = types
+        .iter()
+        .filter(|(name, _)| wanted(name))
+        .map(|(name, data_type)| Field::new(name, data_type.clone(), true))
+        .collect();
+    match desired_schema(&Schema::new(fields), pipeline.event_time, granularity) {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![ConfigIssue::at_key(
+            pipeline.file,
+            "offline",
+            format!("the offline table cannot take the schema: {e}"),
+        )],
+    }
+}
 
 /// The offline sink of one pipeline, with the service's object-store defaults.
 #[derive(Debug, Clone)]

@@ -1,9 +1,15 @@
-//! The Redis sink's section of a pipeline file (`online:`): its checks and its builder.
+//! How the Redis online sink plugs into the runtime: the pipeline file's `online:` section
+//! ([`RedisSinkConfig`]) with its checks, and the builder of the running sink.
 
 use std::path::Path;
 
-use super::{feast_supports, LayoutKind, RedisServiceConfig, RedisSinkBuilder, RedisSinkConfig};
-use crate::sink::{PipelineShape, SinkBuilder, SinkSection};
+use async_trait::async_trait;
+
+use super::{
+    feast_supports, LayoutKind, RedisClient, RedisProbe, RedisServiceConfig, RedisSink,
+    RedisSinkConfig,
+};
+use crate::sink::{PipelineShape, Sink, SinkBuilder, SinkContext, SinkError, SinkSection};
 use crate::yaml::ConfigIssue;
 
 impl SinkSection for RedisSinkConfig {
@@ -87,4 +93,37 @@ pub fn overlapping_key_spaces(pipelines: &[(&str, &Path, &RedisSinkConfig)]) -> 
         }
     }
     issues
+}
+
+/// The online sink of one pipeline, with the service's Redis settings.
+#[derive(Debug, Clone)]
+pub struct RedisSinkBuilder {
+    /// Where Redis is and how to log in.
+    pub service: RedisServiceConfig,
+    /// The pipeline's `online:` section.
+    pub config: RedisSinkConfig,
+}
+
+#[async_trait]
+impl SinkBuilder for RedisSinkBuilder {
+    fn kind(&self) -> &'static str {
+        "online"
+    }
+
+    async fn build(&self, context: &SinkContext) -> Result<Box<dyn Sink>, SinkError> {
+        let sink = RedisSink::connect(
+            &self.service,
+            &self.config,
+            (&context.pipeline, context.rows.clone()),
+            context.tie_break,
+            context.cancel.clone(),
+        )
+        .await?;
+        let client = RedisClient::open(&self.service)
+            .map_err(|e| SinkError::fatal_from("Redis client", e))?;
+        context
+            .health
+            .add_probe(std::sync::Arc::new(RedisProbe { client }));
+        Ok(Box::new(sink))
+    }
 }

@@ -1,4 +1,5 @@
-//! Payload formats: one decoder per writer schema version turning payloads into Arrow rows.
+//! Payload formats (`PayloadFormat`: Avro, JSON) and their row decoders: one per writer
+//! schema version, turning payloads into Arrow rows.
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;

@@ -1,7 +1,7 @@
-//! Which entities the feature log keeps: a share of them chosen by a hash of their join key
-//! values, so that the same entities are logged on every request, in every process and every
-//! version (`std::hash` promises none of that). The audit compares the same entities, through
-//! [`entity_hash`].
+//! A stable sample of entities: a share of them chosen by a hash of their join key values, so
+//! that the same entities are chosen on every request, in every process and every version
+//! (`std::hash` promises none of that). The feature log keeps these entities' rows and the
+//! audit compares the same ones, both through [`entity_hash`].
 
 /// FNV-1a's 64-bit offset basis and prime.
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
