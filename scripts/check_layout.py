@@ -8,7 +8,10 @@
   an interface (`source`, `sink`) never imports a role (`pipeline`, `serving`, `audit`,
   `cli`) or `http`, and `http` (listeners, probes) does not import `serving` (serving builds
   on http);
-- no source file over MAX_LINES lines.
+- no source file over MAX_LINES lines;
+- one place for unit tests: a file's own tests in `#[cfg(test)] mod tests { ... }` at its end,
+  tests that drive several files of a folder together in that folder's `tests.rs` (declared
+  `#[cfg(test)] mod tests;` in its mod.rs); no `#[path]` attributes, no `*_tests.rs` files.
 
 Usage: python3 scripts/check_layout.py [src]
 """
@@ -47,6 +50,17 @@ def main():
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
         lines = text.count("\n")
+        name = os.path.basename(path)
+        if name.endswith("_tests.rs"):
+            problems.append(f"{path}: tests go in the file's own `mod tests` or the folder's tests.rs")
+        if re.search(r"#\[path\s*=", text):
+            problems.append(f"{path}: a #[path] attribute (tests go in `mod tests` or the folder's tests.rs)")
+        if name == "tests.rs":
+            parent = os.path.join(os.path.dirname(path), "mod.rs")
+            declared = os.path.exists(parent) and re.search(
+                r"#\[cfg\(test\)\]\s*mod tests;", open(parent, encoding="utf-8").read())
+            if not declared:
+                problems.append(f"{path}: a folder's tests.rs is declared `#[cfg(test)] mod tests;` in its mod.rs")
         if lines > MAX_LINES:
             problems.append(f"{path}: {lines} lines (at most {MAX_LINES}): split it by concern")
         if top in ("main", "lib"):

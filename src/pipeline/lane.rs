@@ -451,7 +451,3 @@ impl Running {
         }
     }
 }
-
-#[cfg(test)]
-#[path = "lane_tests.rs"]
-mod tests;

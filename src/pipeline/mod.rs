@@ -12,6 +12,8 @@ mod dead_letter;
 mod dead_letter_log;
 mod lane;
 mod sink_task;
+#[cfg(test)]
+mod tests;
 
 use std::path::Path;
 use std::sync::Arc;

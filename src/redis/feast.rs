@@ -12,7 +12,7 @@ use arrow::datatypes::{DataType, Float32Type, Float64Type, Int32Type, Int64Type}
 use arrow::error::ArrowError;
 use prost::Message;
 
-use super::calls::EntityWrites;
+use super::entity_write::EntityWrites;
 pub use super::feast_proto::{
     decode_entity_key, decode_scalar, decode_timestamp, decode_value, decode_value_with,
     encode_timestamp, Scalar,

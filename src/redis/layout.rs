@@ -13,7 +13,7 @@ use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
-use super::calls::{EntityWrite, EntityWrites};
+use super::entity_write::{EntityWrite, EntityWrites};
 use super::feast::FeastLayout;
 use super::newest::{column, newest_per_entity};
 use super::ties::{RowTies, TIE_FIELD};

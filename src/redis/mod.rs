@@ -12,15 +12,16 @@
 mod calls;
 mod config;
 mod connection;
+mod entity_write;
 pub mod feast;
 mod feast_proto;
 mod layout;
 mod newest;
 mod probe;
 mod sink;
-mod ties;
 #[cfg(test)]
-mod ties_script_tests;
+mod tests;
+mod ties;
 mod writer;
 
 pub use config::{LayoutKind, RedisMode, RedisServiceConfig, RedisSinkConfig};

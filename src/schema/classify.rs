@@ -3,8 +3,8 @@
 use apache_avro::types::Value;
 use apache_avro::Schema;
 
-use super::reason::DeadLetterReason;
 use super::payload_formats::PayloadFormat;
+use super::reason::DeadLetterReason;
 
 /// What the classifier needs about the pipeline.
 pub struct Expectations<'a> {

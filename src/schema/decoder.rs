@@ -429,7 +429,3 @@ impl PayloadDecoder {
         RecordBatch::try_new(self.output_schema.clone(), columns)
     }
 }
-
-#[cfg(test)]
-#[path = "decoder_tests.rs"]
-mod tests;

@@ -7,6 +7,8 @@ mod decoder;
 mod payload_formats;
 mod reader_schema;
 mod reason;
+#[cfg(test)]
+mod tests;
 mod topics;
 mod writer_check;
 

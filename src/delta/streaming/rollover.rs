@@ -395,7 +395,3 @@ fn by_partition(batches: &[Buffered]) -> BTreeMap<&str, Vec<&MessagePosition>> {
     }
     by_partition
 }
-
-#[cfg(test)]
-#[path = "rollover_tests.rs"]
-mod tests;

@@ -1,12 +1,18 @@
-//! Decoder tests: bad payloads fail alone, rows keep their order.
+//! The schema module's files together: the payload decoder with its row decoders, writer
+//! schema compatibility and dead-letter reasons; bad payloads fail alone, rows keep their order.
 
 use apache_avro::types::Value;
 use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
 
-use super::*;
+use super::decoder::*;
+use super::payload_formats::PayloadFormat;
+use super::reason::DeadLetterReason;
+use super::{Compatibility, ReaderSchema};
 use crate::pulsar::PulsarAdmin;
+use crate::pulsar::SchemaRegistry;
 use crate::source::MessagePosition;
+use crate::source::SourceMessage;
 
 const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
     {"name":"id","type":"string"},{"name":"n","type":"long"}]}"#;

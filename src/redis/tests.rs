@@ -1,12 +1,14 @@
-//! The latest-wins script against a real Redis (`REDIS_URL`; skipped without it): equal
-//! event times with and without tie-breaking.
+//! The redis module's files together: the latest-wins script (`writer.rs`) fed by the script
+//! calls (`calls.rs`) against a real Redis (`REDIS_URL`; skipped without it), equal event
+//! times with and without tie-breaking (`ties.rs`).
 
 use std::collections::HashMap;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 
-use super::calls::{EntityWrites, ScriptCalls};
+use super::calls::ScriptCalls;
+use super::entity_write::EntityWrites;
 use super::writer::LATEST_WINS_LUA;
 
 const EAST_LATE: &[u8] = b"00000001792000000200:east";

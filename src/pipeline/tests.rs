@@ -1,13 +1,22 @@
-//! The lane's acknowledgement rules with an in-memory source and sinks: no services needed.
+//! The pipeline module's files together: the lane's acknowledgement rules (lane, ack gate,
+//! sink tasks, dead letters) with an in-memory source and sinks; no services needed.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::*;
+use super::lane::*;
+use crate::health::Health;
+use crate::metrics::Metrics;
 use crate::pulsar::{PulsarAdmin, SchemaRegistry};
+use crate::record::RowBatch;
+use crate::schema::TopicDecoders;
 use crate::schema::{Compatibility, DecoderSpec, PayloadDecoder, PayloadFormat, ReaderSchema};
+use crate::sink::{Sink, SinkError};
+use crate::source::{MessagePosition, Source, SourceError, SourceMessage};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 const SCHEMA: &str = r#"{"type":"record","name":"r","fields":[
     {"name":"id","type":"string"},{"name":"ts","type":"long"},{"name":"v","type":"double"}]}"#;
