@@ -10,6 +10,6 @@ mod service;
 pub use crate::yaml::{
     issue_at, parse_yaml, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned,
 };
-pub use pipeline::{load_pipelines, PipelineConfig};
+pub use pipeline::{load_pipeline_texts, load_pipelines, PipelineConfig};
 pub use pipeline_file::{FeatureSelection, PipelineFile};
 pub use service::{ServiceConfig, EMBEDDED_DEFAULT_SERVICE_CONFIG};

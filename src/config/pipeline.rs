@@ -13,7 +13,7 @@ use crate::redis::overlapping_key_spaces;
 use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
 use crate::serving::FeatureView;
 use crate::sink::{PipelineShape, SinkBuilder};
-use crate::yaml::read_yaml_file_recovering;
+use crate::yaml::{parse_yaml_recovering, read_yaml_file_recovering};
 
 /// A pipeline after every check passed: names resolved against the schema.
 #[derive(Debug, Clone)]
@@ -133,13 +133,47 @@ pub fn load_pipelines(
             message: "no pipeline files (*.yaml) found".into(),
         }));
     }
+    // Each file is read when its turn comes, as it is checked.
+    check_pipeline_files(
+        files.into_iter().map(|file| {
+            let parsed = read_yaml_file_recovering::<PipelineFile>(&file);
+            (file, parsed)
+        }),
+        root,
+    )
+}
+
+/// Checks pipeline texts as [`load_pipelines`] checks the files it reads, without reading
+/// them: each `(file, text)` is a pipeline file's text and the path that messages name (and
+/// that the duplicate-name check reports). Relative paths inside are resolved against
+/// `root`. No texts give no pipelines.
+pub fn load_pipeline_texts<'a>(
+    files: impl IntoIterator<Item = (&'a Path, &'a str)>,
+    root: &Path,
+) -> Result<Vec<PipelineConfig>, ConfigError> {
+    check_pipeline_files(
+        files.into_iter().map(|(file, text)| {
+            let parsed = parse_yaml_recovering::<PipelineFile>(file, text);
+            (file.to_path_buf(), parsed)
+        }),
+        root,
+    )
+}
+
+/// What a pipeline file's text parsed into (as far as it did) and the problems found.
+type Parsed = (Option<PipelineFile>, Vec<ConfigIssue>);
+
+/// The checks of [`load_pipelines`] on files as they are parsed, one at a time.
+fn check_pipeline_files(
+    files: impl Iterator<Item = (PathBuf, Parsed)>,
+    root: &Path,
+) -> Result<Vec<PipelineConfig>, ConfigError> {
     let mut issues = Vec::new();
     let mut pipelines = Vec::new();
     let mut names: BTreeMap<String, PathBuf> = BTreeMap::new();
-    for file in files {
+    for (file, (parsed, mut found)) in files {
         // A file with problems is still checked as far as it parsed once they were
         // repaired, so that one run names every problem of every file.
-        let (parsed, mut found) = read_yaml_file_recovering::<PipelineFile>(&file);
         issues.append(&mut found);
         let Some(parsed) = parsed else {
             continue;
@@ -376,6 +410,38 @@ mod tests {
         let pipelines = load_with_sinks("online: {enabled: false}\noffline: {}\n").expect("valid");
         assert_eq!(pipelines[0].sink_builders(&service).len(), 1);
         assert_eq!(pipelines[0].sinks.summary(), "online off, offline on");
+    }
+
+    #[test]
+    fn texts_are_checked_as_the_files_holding_them() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let good = "name: p\nsource:\n  topic: persistent://public/default/t\n  subscription: s\n\
+                    schema:\n  file: schemas/user_profile.avsc\nentity:\n  keys: [user_id]\n  \
+                    event_time: event_time\nonline: {}\n";
+        let bad = "name: q\nsource:\n  topic: persistent://public/default/t\n  subscripton: s\n";
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("a.yaml"), good).expect("a");
+        std::fs::write(dir.path().join("b.yaml"), bad).expect("b");
+        let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+        let from_files = load_pipelines(dir.path(), root)
+            .expect_err("b is bad")
+            .issues;
+        let from_texts = load_pipeline_texts([(a.as_path(), good), (b.as_path(), bad)], root)
+            .expect_err("b is bad")
+            .issues;
+        assert_eq!(from_texts, from_files);
+        let loaded = load_pipeline_texts([(a.as_path(), good)], root).expect("a is good");
+        assert_eq!(
+            (loaded[0].name.as_str(), loaded[0].file.as_path()),
+            ("p", a.as_path())
+        );
+        let twice = load_pipeline_texts([(a.as_path(), good), (b.as_path(), good)], root)
+            .expect_err("the same name twice");
+        assert!(
+            twice.issues[0].message.contains("already used by"),
+            "{}",
+            twice.issues[0]
+        );
     }
 
     #[test]
