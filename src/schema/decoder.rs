@@ -84,7 +84,10 @@ pub struct PayloadDecoder {
     registry: SchemaRegistry,
     full_schema: SchemaRef,
     output_schema: SchemaRef,
-    writers: HashMap<Option<i64>, Result<String, Failed>>,
+    /// Each writer version seen, checked and parsed once: naming why a payload failed reads
+    /// the parsed writer schema (parsing it again per failing payload nearly doubled the
+    /// cost of a bad payload).
+    writers: HashMap<Option<i64>, Result<ReaderSchema, Failed>>,
     /// Row decoders kept between batches, per writer version (building one parses both
     /// schemas); a decoder that failed is dropped, not reused.
     row_decoders: RefCell<HashMap<Option<i64>, Box<dyn RowDecoder>>>,
@@ -233,7 +236,7 @@ impl PayloadDecoder {
             return Ok(());
         }
         let checked = match version {
-            None => Ok(self.spec.reader.json.clone()),
+            None => Ok(self.spec.reader.clone()),
             Some(v) => match self.registry.writer_schema(&self.spec.topic, v).await {
                 Ok(writer) => check_writer(
                     &self.spec.reader,
@@ -241,7 +244,6 @@ impl PayloadDecoder {
                     self.spec.compatibility,
                     &writer,
                 )
-                .map(|parsed| parsed.json)
                 .map_err(|rejected| (rejected.reason(), format!("schema version {v}: {rejected}"))),
                 Err(e) if e.is_transient() => return Err(e),
                 Err(e) => Err((
@@ -278,8 +280,8 @@ impl PayloadDecoder {
         failures: &mut Vec<DecodeFailure>,
     ) {
         let version = messages[run.start].schema_version;
-        let writer_json = match self.writers.get(&version) {
-            Some(Ok(json)) => json.clone(),
+        let writer = match self.writers.get(&version) {
+            Some(Ok(writer)) => writer,
             Some(Err((reason, detail))) => {
                 failures.extend(run.map(|index| DecodeFailure {
                     index,
@@ -294,7 +296,7 @@ impl PayloadDecoder {
             let cached = self.row_decoders.borrow_mut().remove(&version);
             let mut decoder = match cached {
                 Some(decoder) => decoder,
-                None => self.row_decoder(&writer_json)?,
+                None => self.row_decoder(&writer.json)?,
             };
             for &index in indices {
                 decoder.feed(&messages[index].payload)?;
@@ -321,7 +323,7 @@ impl PayloadDecoder {
                         Ok(None) => {}
                         Err(error) => {
                             let (reason, detail) =
-                                self.classify(&writer_json, &messages[index].payload, &error);
+                                self.classify(writer, &messages[index].payload, &error);
                             failures.push(DecodeFailure {
                                 index,
                                 reason,
@@ -338,7 +340,7 @@ impl PayloadDecoder {
     /// a missing key), or `undecodable`.
     fn classify(
         &self,
-        writer_json: &str,
+        writer: &ReaderSchema,
         payload: &[u8],
         error: &PayloadError,
     ) -> (DeadLetterReason, String) {
@@ -346,13 +348,10 @@ impl PayloadDecoder {
             return (reason, error.to_string());
         }
         let error = error.to_string();
-        let Ok(writer) = apache_avro::Schema::parse_str(writer_json) else {
-            return (DeadLetterReason::Undecodable, error);
-        };
         classify(
             &Expectations {
                 format: self.spec.format,
-                writer: &writer,
+                writer: &writer.avro,
                 reader: &self.spec.reader.avro,
                 keys: &self.spec.entity_keys,
                 event_time: &self.spec.event_time,
