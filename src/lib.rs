@@ -5,6 +5,7 @@
 //! [`sink`] (redis, delta), wired by [`pipeline`]; [`serving`] answers feature reads from
 //! Redis; [`config`] loads the YAML.
 
+pub mod aggregate;
 pub mod audit;
 pub mod cli;
 pub mod config;

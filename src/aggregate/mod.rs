@@ -1,0 +1,28 @@
+//! Windowed aggregations of a pipeline's events: counts, sums, means, extremes and the
+//! newest values over windows of event time, kept as tiles and read at any time.
+//!
+//! The rules, which the online tiles and the offline point-in-time computation share:
+//!
+//! - **Window shape.** A read at `t` of a window of length `W` covers event times in
+//!   `[floor((t − W) / hop) · hop, floor(t / hop) · hop + hop)` ([`Window`]): the tail is
+//!   aligned to the hop (1 day for windows from 12 days, 1 hour from 12 hours, else 5
+//!   minutes), so a value holds at most one hop of events older than `t − W`.
+//! - **As known at `t`.** Only events published at or before `t` count at `t`, whatever their
+//!   event time ([`value_at`]).
+//! - **Late events.** An event that no read at or after its publish time can cover is dropped
+//!   and counted, never applied ([`Applied::Late`]); it changes no value a read can return.
+//! - **Decay.** A read merges the tiles its window covers at the time of the read, so values
+//!   fall as events age out without any new event.
+
+mod function;
+mod point_in_time;
+mod tiles;
+mod window;
+
+#[cfg(test)]
+mod tests;
+
+pub use function::{empty_output, Datum, Function, OrderKey, Output, State};
+pub use point_in_time::value_at;
+pub use tiles::{AggregationSpec, Applied, Event, Tiles};
+pub use window::{hop_for, tile_start, Window, WindowError, MAX_WINDOW_MS};
