@@ -14,6 +14,7 @@
 //! - **Decay.** A read merges the tiles its window covers at the time of the read, so values
 //!   fall as events age out without any new event.
 
+mod codec;
 mod function;
 mod point_in_time;
 mod tiles;
@@ -22,6 +23,7 @@ mod window;
 #[cfg(test)]
 mod tests;
 
+pub use codec::{decode_tiles, encode_tiles, CodecError};
 pub use function::{empty_output, Datum, Function, OrderKey, Output, State};
 pub use point_in_time::value_at;
 pub use tiles::{AggregationSpec, Applied, Event, Tiles};

@@ -98,7 +98,8 @@ impl Tiles {
         }
     }
 
-    /// Drops the tiles no read at or after `now` can cover; returns how many.
+    /// Drops the tiles no read at or after `now` can cover (and, for `last_k`, the values no
+    /// such read can return); returns how many tiles were dropped.
     pub fn evict(&mut self, spec: &AggregationSpec, now: i64) -> usize {
         let mut dropped = 0;
         for (hop, longest) in spec.retention_by_hop() {
@@ -106,6 +107,11 @@ impl Tiles {
                 let keep = tiles.split_off(&oldest_kept(now, hop, longest));
                 dropped += tiles.len();
                 *tiles = keep;
+            }
+        }
+        if let Function::LastK(k) = spec.function {
+            for tiles in self.by_hop.values_mut() {
+                dropped += keep_newest(tiles, k, now);
             }
         }
         self.by_hop.retain(|_, tiles| !tiles.is_empty());
@@ -129,6 +135,18 @@ impl Tiles {
         }
     }
 
+    /// The tiles of each hop (`tile start → state`), in increasing order of hop.
+    pub fn hops(&self) -> impl Iterator<Item = (i64, &BTreeMap<i64, State>)> {
+        self.by_hop.iter().map(|(hop, tiles)| (*hop, tiles))
+    }
+
+    /// Tiles as [`Tiles::hops`] gave them (read back from a store).
+    pub fn from_hops(hops: impl IntoIterator<Item = (i64, BTreeMap<i64, State>)>) -> Tiles {
+        Tiles {
+            by_hop: hops.into_iter().filter(|(_, t)| !t.is_empty()).collect(),
+        }
+    }
+
     /// How many tiles are kept, over all hops.
     pub fn len(&self) -> usize {
         self.by_hop.values().map(BTreeMap::len).sum()
@@ -138,6 +156,24 @@ impl Tiles {
     pub fn is_empty(&self) -> bool {
         self.by_hop.is_empty()
     }
+}
+
+/// Keeps in `tiles` only the values `last_k` can still return at or after `now`: walking
+/// from the newest tile that starts at or before `now`, once `k` values are kept, older
+/// values have `k` newer ones that every later read covering them covers too. Tiles after
+/// `now` (events stamped in the future) are kept whole and not counted, since reads before
+/// their tile starts do not cover them. Returns how many tiles became empty and were dropped.
+fn keep_newest(tiles: &mut BTreeMap<i64, State>, k: usize, now: i64) -> usize {
+    let mut kept = 0;
+    for (_, state) in tiles.range_mut(..=now).rev() {
+        if let State::Newest(values) = state {
+            values.truncate(k.saturating_sub(kept));
+            kept += values.len();
+        }
+    }
+    let before = tiles.len();
+    tiles.retain(|_, state| !matches!(state, State::Newest(values) if values.is_empty()));
+    before - tiles.len()
 }
 
 /// The start of the oldest tile of `hop` a read at or after `now` can cover, given the
