@@ -15,6 +15,7 @@
 //!   fall as events age out without any new event.
 
 mod codec;
+mod config;
 mod function;
 mod point_in_time;
 mod tiles;
@@ -24,6 +25,7 @@ mod window;
 mod tests;
 
 pub use codec::{decode_tiles, encode_tiles, CodecError};
+pub use config::{check_aggregations, Aggregation, AggregationConfig, Fields, MAX_K};
 pub use function::{empty_output, Datum, Function, OrderKey, Output, State};
 pub use point_in_time::value_at;
 pub use tiles::{AggregationSpec, Applied, Event, Tiles};

@@ -266,7 +266,7 @@ fn written_at(text: &str, line: u32) -> Option<String> {
 }
 
 /// The known name closest to `unknown`, if it is close enough to be a likely misspelling.
-fn closest<'a>(unknown: &str, known: &[&'a str]) -> Option<&'a str> {
+pub fn closest<'a>(unknown: &str, known: &[&'a str]) -> Option<&'a str> {
     let limit = (unknown.chars().count() / 3).max(1);
     known
         .iter()
