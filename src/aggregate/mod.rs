@@ -27,6 +27,6 @@ mod tests;
 pub use codec::{decode_tiles, encode_tiles, CodecError};
 pub use config::{check_aggregations, Aggregation, AggregationConfig, Fields, MAX_K};
 pub use function::{empty_output, Datum, Function, OrderKey, Output, State};
-pub use point_in_time::value_at;
+pub use point_in_time::{value_at, values_at_times};
 pub use tiles::{AggregationSpec, Applied, Event, Tiles};
 pub use window::{hop_for, tile_start, Window, WindowError, MAX_WINDOW_MS};

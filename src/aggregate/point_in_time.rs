@@ -2,7 +2,7 @@
 //! definition the tiles are held to, and what the offline training set computes.
 
 use super::function::{empty_output, OrderKey, Output, State};
-use super::tiles::{AggregationSpec, Event};
+use super::tiles::{AggregationSpec, Event, Tiles};
 use super::window::Window;
 
 /// The value of `window` at `t` over `events` (in any order): the events published at or
@@ -31,4 +31,36 @@ pub fn value_at<'a>(
         Some(state) => state.output(spec.function),
         None => empty_output(spec.function, spec.float_column),
     }
+}
+
+/// The values of every window of `aggregations` at each of `times`, for one entity's
+/// `events` (in any order): the rows of a training set. The events go through the same
+/// tiles the online store keeps, in publish order, up to each time, so the values are
+/// those `value_at` defines, computed with the online store's arithmetic. Returns one row
+/// per time, in the order of `times`, each holding the windows of each aggregation in turn.
+pub fn values_at_times(
+    aggregations: &[AggregationSpec],
+    events: &mut [Event],
+    times: &[i64],
+) -> Vec<Vec<Output>> {
+    events.sort_by_key(|e| (e.publish_time, e.tie_break));
+    let mut order: Vec<usize> = (0..times.len()).collect();
+    order.sort_by_key(|&i| times[i]);
+    let mut tiles = vec![Tiles::default(); aggregations.len()];
+    let mut rows = vec![Vec::new(); times.len()];
+    let mut next = 0;
+    for i in order {
+        let t = times[i];
+        while next < events.len() && events[next].publish_time <= t {
+            for (spec, tiles) in aggregations.iter().zip(tiles.iter_mut()) {
+                tiles.apply(spec, &events[next]);
+            }
+            next += 1;
+        }
+        for (spec, tiles) in aggregations.iter().zip(tiles.iter_mut()) {
+            tiles.evict(spec, t);
+            rows[i].extend(spec.windows.iter().map(|w| tiles.read(spec, w, t)));
+        }
+    }
+    rows
 }

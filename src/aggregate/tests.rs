@@ -184,3 +184,38 @@ fn evicted_tiles_are_those_no_later_read_covers() {
     };
     assert_eq!(tiles.apply(&spec, &late), Applied::Late);
 }
+
+#[test]
+fn training_rows_are_the_point_in_time_values_at_each_time() {
+    let mut random = Random(11);
+    let mut all = events(&mut random, 2_000, 40 * DAY, true);
+    let aggregations: Vec<AggregationSpec> = [Function::Count, Function::Avg, Function::LastK(3)]
+        .into_iter()
+        .map(|function| AggregationSpec {
+            function,
+            float_column: true,
+            windows: windows(&[HOUR, DAY, 30 * DAY]),
+        })
+        .collect();
+    // Times in no order, some repeated, some before every event.
+    let mut times: Vec<i64> = (0..200).map(|_| random.below(41 * DAY) - DAY).collect();
+    times.push(times[3]);
+    let expected: Vec<Vec<Output>> = times
+        .iter()
+        .map(|&t| {
+            aggregations
+                .iter()
+                .flat_map(|spec| spec.windows.iter().map(|w| value_at(spec, w, &all, t)))
+                .collect()
+        })
+        .collect();
+    all.reverse();
+    let rows = values_at_times(&aggregations, &mut all, &times);
+    assert_eq!(rows.len(), times.len());
+    for (row, (want, t)) in rows.iter().zip(expected.iter().zip(&times)) {
+        assert_eq!(row.len(), 9);
+        for (got, want) in row.iter().zip(want) {
+            assert!(close(got, want), "at {t}: {got:?} against {want:?}");
+        }
+    }
+}
