@@ -11,6 +11,10 @@
 //!   event time ([`value_at`]).
 //! - **Late events.** An event that no read at or after its publish time can cover is dropped
 //!   and counted, never applied ([`Applied::Late`]); it changes no value a read can return.
+//! - **Replays are harmless.** Per stream, the position of the newest event the tiles hold
+//!   is kept with them; a redelivered event is not applied again ([`AppliedPositions`]).
+//! - **Future events.** An event stamped more than the allowed skew after its publish time
+//!   is refused ([`is_future`]), never applied.
 //! - **Decay.** A read merges the tiles its window covers at the time of the read, so values
 //!   fall as events age out without any new event.
 
@@ -18,6 +22,7 @@ mod codec;
 mod config;
 mod function;
 mod point_in_time;
+mod replay;
 mod tiles;
 mod window;
 
@@ -28,5 +33,6 @@ pub use codec::{decode_tiles, encode_tiles, CodecError};
 pub use config::{check_aggregations, Aggregation, AggregationConfig, Fields, MAX_K};
 pub use function::{empty_output, Datum, Function, OrderKey, Output, State};
 pub use point_in_time::{value_at, values_at_times};
+pub use replay::{is_future, AppliedPositions, ReplayOutcome};
 pub use tiles::{AggregationSpec, Applied, Event, Tiles};
 pub use window::{hop_for, tile_start, Window, WindowError, MAX_WINDOW_MS};
