@@ -96,14 +96,8 @@ fn encode_state(state: &State, out: &mut Vec<u8>) {
             encode_float_pair(*sum, *compensation, out);
             encode_varint(*count, out);
         }
-        State::IntExtreme(v) => {
-            out.put_u8(INT);
-            encode_varint(zigzag(*v), out);
-        }
-        State::FloatExtreme(v) => {
-            out.put_u8(FLOAT);
-            out.put_f64_le(*v);
-        }
+        State::IntExtreme(v) => encode_datum(&Datum::Int(*v), out),
+        State::FloatExtreme(v) => encode_datum(&Datum::Float(*v), out),
         State::Newest(values) => {
             encode_varint(values.len() as u64, out);
             for ((event_time, tie_break), datum) in values {
@@ -143,10 +137,11 @@ fn decode_state(function: Function, buf: &mut &[u8]) -> Result<State, CodecError
                 count: varint(buf)?,
             }
         }
-        Function::Min | Function::Max => match take_u8(buf)? {
-            INT => State::IntExtreme(unzigzag(varint(buf)?)),
-            FLOAT => State::FloatExtreme(take_f64(buf)?),
-            other => return Err(CodecError::UnknownTag(other)),
+        Function::Min | Function::Max => match decode_datum(buf)? {
+            Datum::Int(v) => State::IntExtreme(v),
+            Datum::Float(v) => State::FloatExtreme(v),
+            Datum::Text(_) => return Err(CodecError::UnknownTag(TEXT)),
+            Datum::Bool(b) => return Err(CodecError::UnknownTag(if b { TRUE } else { FALSE })),
         },
         Function::LastK(k) => {
             let len = varint(buf)?;
@@ -271,11 +266,7 @@ mod tests {
             .iter()
             .map(|&l| Window::new(l).expect("valid"))
             .collect();
-        let spec = AggregationSpec {
-            function,
-            float_column: matches!(value(0), Datum::Float(_)),
-            windows,
-        };
+        let spec = AggregationSpec::new(function, matches!(value(0), Datum::Float(_)), windows);
         let mut tiles = Tiles::default();
         for i in 0..(31 * DAY / (20 * MINUTE)) {
             let at = i * 20 * MINUTE - 3 * DAY;
@@ -321,7 +312,7 @@ mod tests {
             let (spec, tiles) = busy_entity(function, value);
             let (decoded, bytes) = round_trip(function, &tiles);
             assert_eq!(decoded, tiles, "{}", function.name());
-            for window in &spec.windows {
+            for window in spec.windows() {
                 let t = 28 * DAY;
                 assert_eq!(decoded.read(&spec, window, t), tiles.read(&spec, window, t));
             }

@@ -53,7 +53,7 @@ impl Aggregation {
     /// The feature name of each window, in the order written: `purchases_1h`.
     pub fn feature_names(&self) -> Vec<String> {
         self.spec
-            .windows
+            .windows()
             .iter()
             .map(|w| format!("{}_{}", self.name, w.suffix()))
             .collect()
@@ -111,11 +111,7 @@ pub fn check_aggregations(
         let aggregation = Aggregation {
             name: name.clone(),
             column: config.column.as_ref().map(|c| c.value.clone()),
-            spec: AggregationSpec {
-                function,
-                float_column,
-                windows,
-            },
+            spec: AggregationSpec::new(function, float_column, windows),
         };
         let mut clashes = false;
         for feature in aggregation.feature_names() {
@@ -398,8 +394,8 @@ mod tests {
                 "last_items_1d"
             ]
         );
-        assert!(passed[1].spec.float_column && !passed[2].spec.float_column);
-        assert_eq!(passed[3].spec.function, Function::LastK(5));
+        assert!(passed[1].spec.float_column() && !passed[2].spec.float_column());
+        assert_eq!(passed[3].spec.function(), Function::LastK(5));
     }
 
     #[test]

@@ -19,17 +19,17 @@ pub fn value_at<'a>(
             continue;
         }
         let order: OrderKey = (event.event_time, event.tie_break);
-        let Some(one) = State::of(spec.function, event.value.as_ref(), order) else {
+        let Some(one) = State::of(spec.function(), event.value.as_ref(), order) else {
             continue;
         };
         match &mut merged {
-            Some(state) => state.merge(spec.function, &one),
+            Some(state) => state.merge(spec.function(), &one),
             None => merged = Some(one),
         }
     }
     match merged {
-        Some(state) => state.output(spec.function),
-        None => empty_output(spec.function, spec.float_column),
+        Some(state) => state.output(spec.function()),
+        None => empty_output(spec.function(), spec.float_column()),
     }
 }
 
@@ -59,7 +59,7 @@ pub fn values_at_times(
         }
         for (spec, tiles) in aggregations.iter().zip(tiles.iter_mut()) {
             tiles.evict(spec, t);
-            rows[i].extend(spec.windows.iter().map(|w| tiles.read(spec, w, t)));
+            rows[i].extend(spec.windows().iter().map(|w| tiles.read(spec, w, t)));
         }
     }
     rows

@@ -118,10 +118,8 @@ mod tests {
     fn specs() -> Vec<AggregationSpec> {
         [Function::Count, Function::Sum]
             .into_iter()
-            .map(|function| AggregationSpec {
-                function,
-                float_column: false,
-                windows: vec![Window::new(3_600_000).expect("1h")],
+            .map(|function| {
+                AggregationSpec::new(function, false, vec![Window::new(3_600_000).expect("1h")])
             })
             .collect()
     }
@@ -156,7 +154,7 @@ mod tests {
         assert_eq!(replayed, once);
         assert_eq!(positions, once_positions);
         assert_eq!(positions.get("p0"), Some(&19));
-        let window = specs[1].windows[0];
+        let window = specs[1].windows()[0];
         assert_eq!(
             replayed[1].read(&specs[1], &window, 1_040_000),
             crate::aggregate::Output::Int((0..40).sum())

@@ -84,11 +84,11 @@ fn tiles_read_what_the_raw_events_give_at_every_time() {
     for float in [false, true] {
         let all = events(&mut random, 4_000, span, float);
         for function in functions {
-            let spec = AggregationSpec {
+            let spec = AggregationSpec::new(
                 function,
-                float_column: float,
-                windows: windows(&[HOUR, 90 * MINUTE, DAY, 7 * DAY, 30 * DAY]),
-            };
+                float,
+                windows(&[HOUR, 90 * MINUTE, DAY, 7 * DAY, 30 * DAY]),
+            );
             let mut tiles = Tiles::default();
             let mut applied = 0;
             let mut late = 0;
@@ -104,7 +104,7 @@ fn tiles_read_what_the_raw_events_give_at_every_time() {
                     applied += 1;
                 }
                 tiles.evict(&spec, t);
-                for window in &spec.windows {
+                for window in spec.windows() {
                     let online = tiles.read(&spec, window, t);
                     let offline = value_at(&spec, window, &all, t);
                     assert!(
@@ -123,12 +123,8 @@ fn tiles_read_what_the_raw_events_give_at_every_time() {
 
 #[test]
 fn values_decay_as_the_window_passes_without_new_events() {
-    let spec = AggregationSpec {
-        function: Function::Count,
-        float_column: false,
-        windows: windows(&[HOUR]),
-    };
-    let window = spec.windows[0];
+    let spec = AggregationSpec::new(Function::Count, false, windows(&[HOUR]));
+    let window = spec.windows()[0];
     let mut tiles = Tiles::default();
     for minute in 0..10 {
         let at = 10 * HOUR + minute * MINUTE;
@@ -153,11 +149,7 @@ fn values_decay_as_the_window_passes_without_new_events() {
 
 #[test]
 fn evicted_tiles_are_those_no_later_read_covers() {
-    let spec = AggregationSpec {
-        function: Function::Sum,
-        float_column: false,
-        windows: windows(&[HOUR, DAY]),
-    };
+    let spec = AggregationSpec::new(Function::Sum, false, windows(&[HOUR, DAY]));
     let mut tiles = Tiles::default();
     for hour in 0..48 {
         let at = hour * HOUR;
@@ -191,11 +183,7 @@ fn training_rows_are_the_point_in_time_values_at_each_time() {
     let mut all = events(&mut random, 2_000, 40 * DAY, true);
     let aggregations: Vec<AggregationSpec> = [Function::Count, Function::Avg, Function::LastK(3)]
         .into_iter()
-        .map(|function| AggregationSpec {
-            function,
-            float_column: true,
-            windows: windows(&[HOUR, DAY, 30 * DAY]),
-        })
+        .map(|function| AggregationSpec::new(function, true, windows(&[HOUR, DAY, 30 * DAY])))
         .collect();
     // Times in no order, some repeated, some before every event.
     let mut times: Vec<i64> = (0..200).map(|_| random.below(41 * DAY) - DAY).collect();
@@ -205,7 +193,7 @@ fn training_rows_are_the_point_in_time_values_at_each_time() {
         .map(|&t| {
             aggregations
                 .iter()
-                .flat_map(|spec| spec.windows.iter().map(|w| value_at(spec, w, &all, t)))
+                .flat_map(|spec| spec.windows().iter().map(|w| value_at(spec, w, &all, t)))
                 .collect()
         })
         .collect();

@@ -15,24 +15,59 @@ use super::window::{tile_start, Window};
 /// One aggregation as the tiles need it: its function, its column's kind and its windows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggregationSpec {
-    /// What it computes.
-    pub function: Function,
-    /// `true` when the column holds floats (a sum of floats is a float).
-    pub float_column: bool,
-    /// Its windows, each read as a feature.
-    pub windows: Vec<Window>,
+    function: Function,
+    float_column: bool,
+    windows: Vec<Window>,
+    /// The hops its windows use, each with the longest window using it (what its tiles
+    /// must cover), in increasing order of hop; worked out once, read per event.
+    retention: Vec<(i64, i64)>,
 }
 
 impl AggregationSpec {
-    /// The hops its windows use, each with the longest window using it (what its tiles must
-    /// cover), in increasing order of hop.
-    pub fn retention_by_hop(&self) -> BTreeMap<i64, i64> {
+    /// `function` over a column of floats (`float_column`: a sum of floats is a float) or
+    /// not, read over `windows`.
+    pub fn new(function: Function, float_column: bool, windows: Vec<Window>) -> Self {
         let mut by_hop = BTreeMap::new();
-        for window in &self.windows {
+        for window in &windows {
             let longest = by_hop.entry(window.hop_ms()).or_insert(0);
             *longest = window.length_ms().max(*longest);
         }
-        by_hop
+        AggregationSpec {
+            function,
+            float_column,
+            windows,
+            retention: by_hop.into_iter().collect(),
+        }
+    }
+
+    /// What it computes.
+    pub fn function(&self) -> Function {
+        self.function
+    }
+
+    /// `true` when the column holds floats.
+    pub fn float_column(&self) -> bool {
+        self.float_column
+    }
+
+    /// Its windows, each read as a feature.
+    pub fn windows(&self) -> &[Window] {
+        &self.windows
+    }
+
+    /// The hops its windows use with the longest window of each, in increasing order of hop.
+    pub fn retention_by_hop(&self) -> &[(i64, i64)] {
+        &self.retention
+    }
+
+    /// The longest of its windows plus its hop: how long an entity's tiles stay useful after
+    /// its last event.
+    pub fn longest_reach_ms(&self) -> i64 {
+        self.retention
+            .iter()
+            .map(|(hop, longest)| hop + longest)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -72,11 +107,11 @@ impl Tiles {
     /// Applies `event` to the tile of each hop it falls in and is not late for.
     pub fn apply(&mut self, spec: &AggregationSpec, event: &Event) -> Applied {
         let order: OrderKey = (event.event_time, event.tie_break);
-        let Some(state) = State::of(spec.function, event.value.as_ref(), order) else {
+        let Some(state) = State::of(spec.function(), event.value.as_ref(), order) else {
             return Applied::Skipped;
         };
         let mut kept = false;
-        for (hop, longest) in spec.retention_by_hop() {
+        for &(hop, longest) in spec.retention_by_hop() {
             if event.event_time < oldest_kept(event.publish_time, hop, longest) {
                 continue;
             }
@@ -84,7 +119,7 @@ impl Tiles {
             let tiles = self.by_hop.entry(hop).or_default();
             match tiles.entry(tile_start(event.event_time, hop)) {
                 std::collections::btree_map::Entry::Occupied(mut tile) => {
-                    tile.get_mut().merge(spec.function, &state)
+                    tile.get_mut().merge(spec.function(), &state)
                 }
                 std::collections::btree_map::Entry::Vacant(tile) => {
                     tile.insert(state.clone());
@@ -102,14 +137,14 @@ impl Tiles {
     /// such read can return); returns how many tiles were dropped.
     pub fn evict(&mut self, spec: &AggregationSpec, now: i64) -> usize {
         let mut dropped = 0;
-        for (hop, longest) in spec.retention_by_hop() {
+        for &(hop, longest) in spec.retention_by_hop() {
             if let Some(tiles) = self.by_hop.get_mut(&hop) {
                 let keep = tiles.split_off(&oldest_kept(now, hop, longest));
                 dropped += tiles.len();
                 *tiles = keep;
             }
         }
-        if let Function::LastK(k) = spec.function {
+        if let Function::LastK(k) = spec.function() {
             for tiles in self.by_hop.values_mut() {
                 dropped += keep_newest(tiles, k, now);
             }
@@ -125,13 +160,13 @@ impl Tiles {
             let (_, first) = covered.next()?;
             let mut merged = first.clone();
             for (_, state) in covered {
-                merged.merge(spec.function, state);
+                merged.merge(spec.function(), state);
             }
             Some(merged)
         });
         match merged {
-            Some(state) => state.output(spec.function),
-            None => empty_output(spec.function, spec.float_column),
+            Some(state) => state.output(spec.function()),
+            None => empty_output(spec.function(), spec.float_column()),
         }
     }
 
