@@ -65,12 +65,13 @@ impl<P: Ord + Clone> AppliedPositions<P> {
     }
 
     /// Applies to `tiles` (one per spec of `specs`) the events of one entity, in delivery
-    /// order, that they do not hold yet, and records their positions.
+    /// order, that they do not hold yet, and records their positions. Each message gives
+    /// one event per spec (the same times, each with its own column's value).
     pub fn apply_new<'a>(
         &mut self,
         specs: &[AggregationSpec],
         tiles: &mut [Tiles],
-        events: impl IntoIterator<Item = (&'a str, P, &'a Event)>,
+        events: impl IntoIterator<Item = (&'a str, P, &'a [Event])>,
     ) -> ReplayOutcome {
         let mut outcome = ReplayOutcome::default();
         for (stream, position, event) in events {
@@ -79,7 +80,7 @@ impl<P: Ord + Clone> AppliedPositions<P> {
                 continue;
             }
             let mut late_for_all = !specs.is_empty();
-            for (spec, tiles) in specs.iter().zip(tiles.iter_mut()) {
+            for ((spec, tiles), event) in specs.iter().zip(tiles.iter_mut()).zip(event) {
                 late_for_all &= tiles.apply(spec, event) == Applied::Late;
             }
             if late_for_all {
@@ -128,13 +129,13 @@ mod tests {
     fn redelivered_batches_cut_differently_count_once() {
         let specs = specs();
         // Two streams (partitions), 40 events alternating between them.
-        let events: Vec<(String, u64, Event)> = (0..40)
-            .map(|i| (format!("p{}", i % 2), i / 2, event(i)))
+        let events: Vec<(String, u64, Vec<Event>)> = (0..40)
+            .map(|i| (format!("p{}", i % 2), i / 2, vec![event(i); 2]))
             .collect();
         let as_batch = |range: std::ops::Range<usize>| {
             events[range]
                 .iter()
-                .map(|(s, p, e)| (s.as_str(), *p, e))
+                .map(|(s, p, e)| (s.as_str(), *p, e.as_slice()))
                 .collect::<Vec<_>>()
         };
         let mut once = vec![Tiles::default(); 2];
@@ -168,9 +169,10 @@ mod tests {
         let mut positions = AppliedPositions::default();
         let mut late = event(1);
         late.event_time = late.publish_time - 3 * 3_600_000;
-        let outcome = positions.apply_new(&specs, &mut tiles, [("p0", 7_u64, &late)]);
+        let late = vec![late; 2];
+        let outcome = positions.apply_new(&specs, &mut tiles, [("p0", 7_u64, late.as_slice())]);
         assert_eq!((outcome.applied, outcome.late), (0, 1));
-        let again = positions.apply_new(&specs, &mut tiles, [("p0", 7_u64, &late)]);
+        let again = positions.apply_new(&specs, &mut tiles, [("p0", 7_u64, late.as_slice())]);
         assert_eq!((again.late, again.already_held), (0, 1));
     }
 

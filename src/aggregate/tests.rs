@@ -185,6 +185,20 @@ fn training_rows_are_the_point_in_time_values_at_each_time() {
         .into_iter()
         .map(|function| AggregationSpec::new(function, true, windows(&[HOUR, DAY, 30 * DAY])))
         .collect();
+    // Each aggregation reads its own column: the last_k one the values negated.
+    let column_of = |spec: usize, e: &Event| {
+        let mut e = e.clone();
+        if spec == 2 {
+            e.value = match e.value {
+                Some(Datum::Float(f)) => Some(Datum::Float(-f)),
+                other => other,
+            };
+        }
+        e
+    };
+    let columns: Vec<Vec<Event>> = (0..aggregations.len())
+        .map(|spec| all.iter().map(|e| column_of(spec, e)).collect())
+        .collect();
     // Times in no order, some repeated, some before every event.
     let mut times: Vec<i64> = (0..200).map(|_| random.below(41 * DAY) - DAY).collect();
     times.push(times[3]);
@@ -193,12 +207,25 @@ fn training_rows_are_the_point_in_time_values_at_each_time() {
         .map(|&t| {
             aggregations
                 .iter()
-                .flat_map(|spec| spec.windows().iter().map(|w| value_at(spec, w, &all, t)))
+                .zip(&columns)
+                .flat_map(|(spec, events)| {
+                    spec.windows()
+                        .iter()
+                        .map(move |w| value_at(spec, w, events, t))
+                })
                 .collect()
         })
         .collect();
     all.reverse();
-    let rows = values_at_times(&aggregations, &mut all, &times);
+    let mut messages: Vec<Vec<Event>> = all
+        .iter()
+        .map(|e| {
+            (0..aggregations.len())
+                .map(|spec| column_of(spec, e))
+                .collect()
+        })
+        .collect();
+    let rows = values_at_times(&aggregations, &mut messages, &times);
     assert_eq!(rows.len(), times.len());
     for (row, (want, t)) in rows.iter().zip(expected.iter().zip(&times)) {
         assert_eq!(row.len(), 9);
