@@ -8,6 +8,7 @@ use std::path::Path;
 use arrow::datatypes::DataType;
 use serde::Deserialize;
 
+use super::column::Kind;
 use super::function::Function;
 use super::tiles::AggregationSpec;
 use super::window::Window;
@@ -305,34 +306,6 @@ fn windows_of(
 fn abbreviates(short: &str, long: &str) -> bool {
     let mut rest = long.chars();
     !short.is_empty() && short.chars().all(|c| rest.any(|l| l == c))
-}
-
-/// What an aggregation can do with a column's type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Int,
-    Float,
-    Text,
-    Bool,
-    Other,
-}
-
-impl Kind {
-    fn of(data_type: &DataType) -> Kind {
-        match data_type {
-            DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32 => Kind::Int,
-            DataType::Float16 | DataType::Float32 | DataType::Float64 => Kind::Float,
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Kind::Text,
-            DataType::Boolean => Kind::Bool,
-            _ => Kind::Other,
-        }
-    }
 }
 
 #[cfg(test)]

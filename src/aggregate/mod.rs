@@ -19,6 +19,7 @@
 //!   fall as events age out without any new event.
 
 mod codec;
+mod column;
 mod config;
 mod function;
 mod point_in_time;
@@ -30,6 +31,7 @@ mod window;
 mod tests;
 
 pub use codec::{decode_tiles, encode_tiles, CodecError};
+pub use column::{datums, Kind};
 pub use config::{check_aggregations, Aggregation, AggregationConfig, Fields, MAX_K};
 pub use function::{empty_output, Datum, Function, OrderKey, Output, State};
 pub use point_in_time::{value_at, values_at_times};
