@@ -46,6 +46,8 @@ pub struct Aggregation {
     pub name: String,
     /// The aggregated field, if any.
     pub column: Option<String>,
+    /// What the field holds.
+    pub kind: Kind,
     /// What the tiles need.
     pub spec: AggregationSpec,
 }
@@ -58,6 +60,24 @@ impl Aggregation {
             .iter()
             .map(|w| format!("{}_{}", self.name, w.suffix()))
             .collect()
+    }
+
+    /// The Arrow type of its features' values: integers for counts and for sums, minimums
+    /// and maximums of integers; floats for means and for those of floats; a list of the
+    /// column's values for `last_k`.
+    pub fn output_type(&self) -> DataType {
+        let column = match self.kind {
+            Kind::Float => DataType::Float64,
+            Kind::Text => DataType::Utf8,
+            Kind::Bool => DataType::Boolean,
+            Kind::Int | Kind::Other => DataType::Int64,
+        };
+        match self.spec.function() {
+            Function::Count => DataType::Int64,
+            Function::Avg => DataType::Float64,
+            Function::LastK(_) => DataType::new_list(column, true),
+            Function::Sum | Function::Min | Function::Max => column,
+        }
     }
 }
 
@@ -101,18 +121,19 @@ pub fn check_aggregations(
             ));
         }
         let function = function_of(file, config, &at, &mut issues);
-        let float_column = column_check(file, config, function, fields, &at, &mut issues);
+        let kind = column_check(file, config, function, fields, &at, &mut issues);
         let windows = windows_of(file, config, &at, &mut issues);
         if issues.len() > before {
             continue;
         }
-        let (Some(function), Some(float_column)) = (function, float_column) else {
+        let (Some(function), Some(kind)) = (function, kind) else {
             continue;
         };
         let aggregation = Aggregation {
             name: name.clone(),
             column: config.column.as_ref().map(|c| c.value.clone()),
-            spec: AggregationSpec::new(function, float_column, windows),
+            kind,
+            spec: AggregationSpec::new(function, kind == Kind::Float, windows),
         };
         let mut clashes = false;
         for feature in aggregation.feature_names() {
@@ -192,7 +213,8 @@ fn function_of(
     Some(function)
 }
 
-/// Checks the column against the function; `Some(float column)` when it passed.
+/// Checks the column against the function; `Some(its kind)` when it passed (a count
+/// without a column counts as integers).
 fn column_check(
     file: &Path,
     config: &AggregationConfig,
@@ -200,11 +222,11 @@ fn column_check(
     fields: &Fields<'_>,
     at: &impl Fn(&str) -> String,
     issues: &mut Vec<ConfigIssue>,
-) -> Option<bool> {
+) -> Option<Kind> {
     let function = function?;
     let Some(column) = &config.column else {
         if function == Function::Count {
-            return Some(false);
+            return Some(Kind::Int);
         }
         issues.push(issue_at(
             file,
@@ -255,7 +277,7 @@ fn column_check(
         ));
         return None;
     }
-    Some(kind == Kind::Float)
+    Some(kind)
 }
 
 fn windows_of(

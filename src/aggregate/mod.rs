@@ -37,4 +37,4 @@ pub use function::{empty_output, Datum, Function, OrderKey, Output, State};
 pub use point_in_time::{value_at, values_at_times};
 pub use replay::{is_future, AppliedPositions, ReplayOutcome};
 pub use tiles::{AggregationSpec, Applied, Event, Tiles};
-pub use window::{hop_for, tile_start, Window, WindowError, MAX_WINDOW_MS};
+pub use window::{duration_name, hop_for, tile_start, Window, WindowError, MAX_WINDOW_MS};

@@ -169,7 +169,9 @@ mod tests {
         let mut positions = AppliedPositions::default();
         let mut late = event(1);
         late.event_time = late.publish_time - 3 * 3_600_000;
-        let late = vec![late; 2];
+        // The sum's column is null: late all the same.
+        let mut late = vec![late; 2];
+        late[1].value = None;
         let outcome = positions.apply_new(&specs, &mut tiles, [("p0", 7_u64, late.as_slice())]);
         assert_eq!((outcome.applied, outcome.late), (0, 1));
         let again = positions.apply_new(&specs, &mut tiles, [("p0", 7_u64, late.as_slice())]);

@@ -104,18 +104,21 @@ pub struct Tiles {
 }
 
 impl Tiles {
-    /// Applies `event` to the tile of each hop it falls in and is not late for.
+    /// Applies `event` to the tile of each hop it falls in and is not late for. An event
+    /// late for every hop is [`Applied::Late`] whatever its value, so that a late event
+    /// counts as late in every aggregation, null or not.
     pub fn apply(&mut self, spec: &AggregationSpec, event: &Event) -> Applied {
+        let in_time = |&&(hop, longest): &&(i64, i64)| {
+            event.event_time >= oldest_kept(event.publish_time, hop, longest)
+        };
+        if !spec.retention_by_hop().iter().any(|r| in_time(&r)) {
+            return Applied::Late;
+        }
         let order: OrderKey = (event.event_time, event.tie_break);
         let Some(state) = State::of(spec.function(), event.value.as_ref(), order) else {
             return Applied::Skipped;
         };
-        let mut kept = false;
-        for &(hop, longest) in spec.retention_by_hop() {
-            if event.event_time < oldest_kept(event.publish_time, hop, longest) {
-                continue;
-            }
-            kept = true;
+        for &(hop, _) in spec.retention_by_hop().iter().filter(in_time) {
             let tiles = self.by_hop.entry(hop).or_default();
             match tiles.entry(tile_start(event.event_time, hop)) {
                 std::collections::btree_map::Entry::Occupied(mut tile) => {
@@ -126,11 +129,7 @@ impl Tiles {
                 }
             }
         }
-        if kept {
-            Applied::Kept
-        } else {
-            Applied::Late
-        }
+        Applied::Kept
     }
 
     /// Drops the tiles no read at or after `now` can cover (and, for `last_k`, the values no

@@ -60,21 +60,21 @@ impl Window {
         let hop_ms = hop_for(length_ms);
         if length_ms > MAX_WINDOW_MS {
             return Err(WindowError::TooLong {
-                length: name_of(length_ms),
+                length: duration_name(length_ms),
             });
         }
         if length_ms < hop_ms {
             return Err(WindowError::ShorterThanHop {
-                length: name_of(length_ms),
-                hop: name_of(hop_ms),
+                length: duration_name(length_ms),
+                hop: duration_name(hop_ms),
             });
         }
         if length_ms % hop_ms != 0 {
             let nearest = (length_ms + hop_ms / 2) / hop_ms * hop_ms;
             return Err(WindowError::NotWholeHops {
-                length: name_of(length_ms),
-                hop: name_of(hop_ms),
-                nearest: name_of(nearest.max(hop_ms)),
+                length: duration_name(length_ms),
+                hop: duration_name(hop_ms),
+                nearest: duration_name(nearest.max(hop_ms)),
             });
         }
         Ok(Window { length_ms, hop_ms })
@@ -107,7 +107,7 @@ impl Window {
 
     /// The suffix of the window's feature names: `1h`, `90m`, `30d`.
     pub fn suffix(&self) -> String {
-        name_of(self.length_ms)
+        duration_name(self.length_ms)
     }
 }
 
@@ -136,7 +136,7 @@ pub fn hop_for(length_ms: i64) -> i64 {
 }
 
 /// `length_ms` in the largest unit that divides it: `30d`, `36h`, `90m`, `1500ms`.
-fn name_of(length_ms: i64) -> String {
+pub fn duration_name(length_ms: i64) -> String {
     for (unit, ms) in [("d", DAY_MS), ("h", HOUR_MS), ("m", MINUTE_MS), ("s", 1000)] {
         if length_ms != 0 && length_ms % ms == 0 {
             return format!("{}{unit}", length_ms / ms);
@@ -162,7 +162,7 @@ mod tests {
             .iter()
             .map(|w| {
                 let w = window(w).expect("valid");
-                (w.suffix(), name_of(w.hop_ms()))
+                (w.suffix(), duration_name(w.hop_ms()))
             })
             .collect();
         let expected = [
