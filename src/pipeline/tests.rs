@@ -169,6 +169,7 @@ fn decoders() -> TopicDecoders {
         entity_keys: vec!["id".into()],
         event_time: "ts".into(),
         reject_non_finite: false,
+        max_future_skew_ms: None,
         capacity: 16,
     };
     // Messages carry no schema version, so the registry is never asked.

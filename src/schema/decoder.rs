@@ -72,6 +72,9 @@ pub struct DecoderSpec {
     pub event_time: String,
     /// Rows with NaN or ±Infinity in a float/double column are rejected.
     pub reject_non_finite: bool,
+    /// Rows stamped more than this many ms after their message's publish time are rejected
+    /// (`entity.max_future_skew`); `None` accepts any.
+    pub max_future_skew_ms: Option<i64>,
     /// Most messages per batch.
     pub capacity: usize,
 }
@@ -217,7 +220,8 @@ impl PayloadDecoder {
         let mut batches = Vec::with_capacity(parts.len());
         let mut row_messages = Vec::with_capacity(messages.len());
         for (batch, indices) in parts {
-            let (batch, indices) = self.reject_bad_event_times(batch, indices, &mut failures)?;
+            let (batch, indices) =
+                self.reject_bad_event_times(batch, indices, messages, &mut failures)?;
             batches.push(self.project(&batch)?);
             row_messages.extend(indices);
         }
@@ -365,6 +369,7 @@ impl PayloadDecoder {
         &self,
         batch: RecordBatch,
         indices: Vec<usize>,
+        messages: &[SourceMessage],
         failures: &mut Vec<DecodeFailure>,
     ) -> Result<(RecordBatch, Vec<usize>), DecodeError> {
         let Some(column) = batch.column_by_name(&self.spec.event_time) else {
@@ -383,14 +388,23 @@ impl PayloadDecoder {
         let mut keep = Vec::with_capacity(batch.num_rows());
         let mut kept = Vec::with_capacity(indices.len());
         for (row, index) in indices.into_iter().enumerate() {
-            let time_ok = event_time_millis(column, row)
-                .is_some_and(|ms| (0..=MAX_EVENT_TIME_MS).contains(&ms));
+            let event_time = event_time_millis(column, row);
+            let time_ok = event_time.is_some_and(|ms| (0..=MAX_EVENT_TIME_MS).contains(&ms));
             let non_finite = floats
                 .iter()
                 .find(|(_, c)| !is_finite_or_null(*c, row))
                 .map(|(name, _)| *name);
-            match (time_ok, non_finite) {
-                (false, _) => failures.push(DecodeFailure {
+            let published = messages
+                .get(index)
+                .map_or(0, |m| i64::try_from(m.publish_time_ms).unwrap_or(i64::MAX));
+            let ahead = match (event_time, self.spec.max_future_skew_ms) {
+                (Some(at), Some(skew)) if at > published.saturating_add(skew) => {
+                    Some((at - published, skew))
+                }
+                _ => None,
+            };
+            match (time_ok, non_finite, ahead) {
+                (false, _, _) => failures.push(DecodeFailure {
                     index,
                     reason: DeadLetterReason::InvalidEventTime,
                     detail: format!(
@@ -398,14 +412,22 @@ impl PayloadDecoder {
                         self.spec.event_time
                     ),
                 }),
-                (true, Some(name)) => failures.push(DecodeFailure {
+                (true, Some(name), _) => failures.push(DecodeFailure {
                     index,
                     reason: DeadLetterReason::NonFiniteValue,
                     detail: format!("field {name} is NaN or infinite (schema.reject_non_finite)"),
                 }),
-                (true, None) => kept.push(index),
+                (true, None, Some((ahead, skew))) => failures.push(DecodeFailure {
+                    index,
+                    reason: DeadLetterReason::FutureEventTime,
+                    detail: format!(
+                        "event time `{}` is {ahead} ms after the publish time, more than entity.max_future_skew ({skew} ms)",
+                        self.spec.event_time
+                    ),
+                }),
+                (true, None, None) => kept.push(index),
             }
-            keep.push(time_ok && non_finite.is_none());
+            keep.push(time_ok && non_finite.is_none() && ahead.is_none());
         }
         if kept.len() == keep.len() {
             return Ok((batch, kept));

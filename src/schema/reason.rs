@@ -22,6 +22,8 @@ pub enum DeadLetterReason {
     MissingEventTime,
     /// The event time is out of range.
     InvalidEventTime,
+    /// The event time is further after the publish time than the pipeline allows.
+    FutureEventTime,
     /// A float feature is NaN or infinite and the pipeline refuses those.
     NonFiniteValue,
     /// The writer schema cannot be read with the pipeline's reader schema.
@@ -44,6 +46,7 @@ impl DeadLetterReason {
             DeadLetterReason::MissingEntityKey => "missing_entity_key",
             DeadLetterReason::MissingEventTime => "missing_event_time",
             DeadLetterReason::InvalidEventTime => "invalid_event_time",
+            DeadLetterReason::FutureEventTime => "future_event_time",
             DeadLetterReason::NonFiniteValue => "non_finite_value",
             DeadLetterReason::IncompatibleSchema => "incompatible_schema",
             DeadLetterReason::UnsupportedSchemaType => "unsupported_schema_type",

@@ -61,6 +61,7 @@ async fn bad_payloads_fail_alone_and_good_rows_keep_their_order() {
         entity_keys: vec!["id".into()],
         event_time: "n".into(),
         reject_non_finite: false,
+        max_future_skew_ms: None,
         capacity: 16,
     };
     let mut decoder = PayloadDecoder::new(spec, registry).unwrap();
@@ -144,6 +145,7 @@ async fn non_finite_features_are_rejected_when_the_pipeline_says_so() {
             entity_keys: vec!["id".into()],
             event_time: "t".into(),
             reject_non_finite: reject,
+            max_future_skew_ms: None,
             capacity: 16,
         };
         let registry = SchemaRegistry::new(PulsarAdmin::new(
@@ -175,4 +177,53 @@ async fn non_finite_features_are_rejected_when_the_pipeline_says_so() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn events_stamped_beyond_the_future_skew_are_dead_lettered() {
+    let reader = ReaderSchema::parse(std::path::Path::new("t.avsc"), SCHEMA).unwrap();
+    let spec = DecoderSpec {
+        topic: "persistent://public/default/t".into(),
+        reader: reader.clone(),
+        format: PayloadFormat::Avro,
+        compatibility: Compatibility::Backward,
+        columns: vec!["id".into(), "n".into()],
+        entity_keys: vec!["id".into()],
+        event_time: "n".into(),
+        reject_non_finite: false,
+        max_future_skew_ms: Some(60_000),
+        capacity: 16,
+    };
+    let registry = SchemaRegistry::new(PulsarAdmin::new(
+        crate::tls::http_client(),
+        "http://127.0.0.1:9",
+    ));
+    let published = 1_700_000_000_000_i64;
+    // At the limit, one ms past it, in the past.
+    let messages: Vec<SourceMessage> = [published + 60_000, published + 60_001, published - 5]
+        .iter()
+        .map(|&at| SourceMessage {
+            publish_time_ms: published as u64,
+            ..message(datum(&reader.avro, "e", at))
+        })
+        .collect();
+    let decoded = PayloadDecoder::new(spec, registry)
+        .unwrap()
+        .decode(&messages)
+        .await
+        .unwrap();
+    assert_eq!(decoded.row_messages, [0, 2]);
+    assert_eq!(decoded.failures.len(), 1);
+    assert_eq!(decoded.failures[0].index, 1);
+    assert_eq!(
+        decoded.failures[0].reason,
+        DeadLetterReason::FutureEventTime
+    );
+    assert!(
+        decoded.failures[0]
+            .detail
+            .contains("60001 ms after the publish time"),
+        "{}",
+        decoded.failures[0].detail
+    );
 }

@@ -39,6 +39,7 @@ fn decoder(format: PayloadFormat) -> PayloadDecoder {
         entity_keys: vec!["user_id".into()],
         event_time: "event_time".into(),
         reject_non_finite: true,
+        max_future_skew_ms: None,
         capacity: 16,
     };
     PayloadDecoder::new(
