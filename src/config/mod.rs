@@ -3,6 +3,7 @@
 //! Each component owns its config struct (next to its code); this module assembles them.
 //! Reading YAML and locating problems is [`crate::yaml`]'s job.
 
+mod aggregations;
 mod pipeline;
 mod pipeline_file;
 mod service;
@@ -10,6 +11,7 @@ mod service;
 pub use crate::yaml::{
     issue_at, parse_yaml, read_yaml_file, resolve_path, ConfigError, ConfigIssue, Spanned,
 };
+pub use aggregations::DEFAULT_FUTURE_SKEW_MS;
 pub use pipeline::{load_pipeline_texts, load_pipelines, PipelineConfig};
 pub use pipeline_file::{FeatureSelection, PipelineFile};
 pub use service::{ServiceConfig, EMBEDDED_DEFAULT_SERVICE_CONFIG};

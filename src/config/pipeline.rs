@@ -3,13 +3,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::aggregations::{check_aggregation_section, DEFAULT_FUTURE_SKEW_MS};
 use super::pipeline_file::{FeatureSelection, PipelineFile, SinkSections};
 use super::ServiceConfig;
 use super::{issue_at, resolve_path, ConfigError, ConfigIssue};
+use crate::aggregate::Aggregation;
 use crate::delta::{StoreError, TableLocation, TableRoot};
 use crate::pulsar::PulsarSourceConfig;
 use crate::record::RowLayout;
 use crate::redis::overlapping_key_spaces;
+use crate::redis::tiles::{TileLayout, TileSinkBuilder};
 use crate::schema::{Compatibility, DecoderSpec, PayloadFormat, ReaderSchema};
 use crate::serving::FeatureView;
 use crate::sink::{PipelineShape, SinkBuilder};
@@ -40,6 +43,10 @@ pub struct PipelineConfig {
     pub features: Vec<String>,
     /// The enabled sinks.
     pub sinks: SinkSections,
+    /// Windowed aggregations, kept by the `aggregations` sink beside the online one.
+    pub aggregations: Vec<Aggregation>,
+    /// How far after its publish time an event may be stamped, in ms (`None`: any).
+    pub max_future_skew_ms: Option<i64>,
 }
 
 // Here rather than in service.rs: the service file's settings do not depend on pipelines.
@@ -74,20 +81,40 @@ impl PipelineConfig {
     /// The pipeline's enabled sinks, each as the builder the runtime turns into a running
     /// sink.
     pub fn sink_builders(&self, service: &ServiceConfig) -> Vec<Box<dyn SinkBuilder>> {
-        self.sinks.builders(service)
+        let mut builders = self.sinks.builders(service);
+        if let (Some(online), false) = (&self.sinks.online, self.aggregations.is_empty()) {
+            builders.push(Box::new(TileSinkBuilder {
+                service: service.redis.clone(),
+                key_prefix: online.key_prefix.clone(),
+                aggregations: self.aggregations.clone(),
+                future_skew_ms: self.max_future_skew_ms.unwrap_or(DEFAULT_FUTURE_SKEW_MS),
+            }));
+        }
+        builders
+    }
+
+    /// Where this pipeline's aggregation tiles are; `None` without aggregations.
+    pub fn tile_layout(&self) -> Option<TileLayout> {
+        let online = self.sinks.online.as_ref()?;
+        (!self.aggregations.is_empty())
+            .then(|| TileLayout::new(&online.key_prefix, &self.name, self.aggregations.clone()))
     }
 
     /// How readers see this pipeline's online features; `None` without an online sink.
     pub fn feature_view(&self) -> Option<FeatureView> {
         let online = self.sinks.online.as_ref()?;
         let types = crate::schema::arrow_schema_of_reader(&self.schema).unwrap_or_default();
-        Some(FeatureView::new(
+        let view = FeatureView::new(
             &self.name,
             online,
             &self.entity_keys,
             &self.features,
             &types,
-        ))
+        );
+        Some(match self.tile_layout() {
+            Some(tiles) => view.with_aggregations(tiles),
+            None => view,
+        })
     }
 
     /// What a payload decoder for this pipeline needs.
@@ -98,6 +125,7 @@ impl PipelineConfig {
             format: self.format,
             compatibility: self.compatibility,
             reject_non_finite: self.reject_non_finite,
+            max_future_skew_ms: self.max_future_skew_ms,
             columns: self.row_layout().columns(),
             entity_keys: self.entity_keys.clone(),
             event_time: self.event_time.clone(),
@@ -337,13 +365,15 @@ fn check(
     let types = schema
         .as_ref()
         .and_then(|s| crate::schema::arrow_schema_of_reader(s).ok());
-    issues.extend(sinks.check(&PipelineShape {
+    let shape = PipelineShape {
         file,
         keys: &keys.value,
         event_time: &event_time.value,
         features: &features,
         types: types.as_deref(),
-    }));
+    };
+    issues.extend(sinks.check(&shape));
+    let checked = check_aggregation_section(&shape, &parsed, &sinks, &mut issues);
     if sinks.is_empty() {
         issues.push(ConfigIssue {
             file: file.to_path_buf(),
@@ -369,6 +399,8 @@ fn check(
             event_time: event_time.value.clone(),
             features,
             sinks,
+            aggregations: checked.aggregations,
+            max_future_skew_ms: checked.max_future_skew_ms,
         }),
         _ => Err(issues),
     }

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use super::{ServiceConfig, Spanned};
+use crate::aggregate::AggregationConfig;
 use crate::delta::DeltaSinkConfig;
 use crate::pulsar::PulsarSourceConfig;
 use crate::redis::RedisSinkConfig;
@@ -33,6 +34,9 @@ macro_rules! sinks {
             /// time) or a list of names.
             #[serde(default)]
             pub features: Option<Spanned<FeatureSelection>>,
+            /// Windowed aggregations of the events, served as features `<name>_<window>`.
+            #[serde(default)]
+            pub aggregations: Option<Vec<AggregationConfig>>,
             $($(#[$doc])* #[serde(default)] pub $key: Option<$section>,)+
         }
 
@@ -119,6 +123,11 @@ pub struct EntityConfig {
     pub keys: Spanned<Vec<String>>,
     /// Field holding the event time (`long` millis or a timestamp logical type).
     pub event_time: Spanned<String>,
+    /// How far after its publish time an event may be stamped (`5m`); later ones go to the
+    /// dead-letter topic (`future_event_time`). Default: no limit, or 5 minutes in a
+    /// pipeline with aggregations.
+    #[serde(default)]
+    pub max_future_skew: Option<Spanned<String>>,
 }
 
 /// `features: all` or `features: [a, b]`.

@@ -60,6 +60,15 @@ pub struct CacheLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of aggregation event counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AggregationLabels {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// `applied`, `already_held` (a redelivered event) or `late` (no window covers it).
+    pub outcome: &'static str,
+}
+
 /// Labels of per-pipeline metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
@@ -93,6 +102,10 @@ pub struct Metrics {
     pub offline_commit_conflicts: Family<PipelineLabels, Counter>,
     /// Rows skipped because the table already held their messages (redelivery, hand-over).
     pub offline_rows_skipped: Family<PipelineLabels, Counter>,
+    /// Events of the aggregations' tiles, by outcome.
+    pub aggregation_events: Family<AggregationLabels, Counter>,
+    /// Tile updates that found another writer's update first and were done again.
+    pub aggregation_update_conflicts: Family<PipelineLabels, Counter>,
     /// The table version the sink last saw.
     pub offline_table_version: Family<PipelineLabels, Gauge>,
     /// Requests to the offline store, by operation and target.
@@ -153,6 +166,18 @@ impl Metrics {
         let offline_commit_conflicts = Family::<PipelineLabels, Counter>::default();
         let offline_rows_skipped = Family::<PipelineLabels, Counter>::default();
         let offline_table_version = Family::<PipelineLabels, Gauge>::default();
+        let aggregation_events = Family::<AggregationLabels, Counter>::default();
+        registry.register(
+            "aggregation_events",
+            "Events of the aggregations' tiles: applied, already held (redelivered) or late",
+            aggregation_events.clone(),
+        );
+        let aggregation_update_conflicts = Family::<PipelineLabels, Counter>::default();
+        registry.register(
+            "aggregation_update_conflicts",
+            "Tile updates that found another writer's update first and were done again",
+            aggregation_update_conflicts.clone(),
+        );
         let offline_store_requests = Family::<StoreRequestLabels, Counter>::default();
         registry.register(
             "offline_store_requests",
@@ -330,6 +355,8 @@ impl Metrics {
             offline_commit_seconds,
             offline_commit_conflicts,
             offline_rows_skipped,
+            aggregation_events,
+            aggregation_update_conflicts,
             offline_table_version,
             offline_store_requests,
         }

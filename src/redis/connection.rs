@@ -227,16 +227,30 @@ impl RedisConnection {
     /// the script (a restart or `SCRIPT FLUSH` emptied its cache) it is loaded and the calls
     /// run again; they are idempotent.
     pub async fn invoke_all(&mut self, script: &Script, calls: &[Cmd]) -> RedisResult<()> {
+        self.invoke_all_replies::<redis::Value>(script, calls)
+            .await
+            .map(|_| ())
+    }
+
+    /// [`RedisConnection::invoke_all`], returning each call's reply in order.
+    pub async fn invoke_all_replies<T: FromRedisValue>(
+        &mut self,
+        script: &Script,
+        calls: &[Cmd],
+    ) -> RedisResult<Vec<T>> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
         match self {
             RedisConnection::Single(connection, _) => {
                 let mut pipe = redis::Pipeline::with_capacity(calls.len());
                 for call in calls {
-                    pipe.add_command(call.clone()).ignore();
+                    pipe.add_command(call.clone());
                 }
-                match pipe.query_async::<()>(connection).await {
+                match pipe.query_async::<Vec<T>>(connection).await {
                     Err(e) if lacks_script(&e) => {
                         script.load_async(connection).await?;
-                        pipe.query_async::<()>(connection).await
+                        pipe.query_async::<Vec<T>>(connection).await
                     }
                     outcome => outcome,
                 }
@@ -245,16 +259,16 @@ impl RedisConnection {
                 let calls = calls.iter().map(|call| {
                     let mut connection = connection.clone();
                     async move {
-                        match call.query_async::<i64>(&mut connection).await {
+                        match call.query_async::<T>(&mut connection).await {
                             Err(e) if lacks_script(&e) => {
                                 script.load_async(&mut connection).await?;
-                                call.query_async::<i64>(&mut connection).await
+                                call.query_async::<T>(&mut connection).await
                             }
                             outcome => outcome,
                         }
                     }
                 });
-                futures::future::try_join_all(calls).await.map(|_| ())
+                futures::future::try_join_all(calls).await
             }
         }
     }

@@ -7,6 +7,8 @@
 //! - The latest-wins script calls and [`RedisSink`], the writer behind a pipeline's
 //!   `online:` section; `sink.rs` plugs it into the runtime ([`RedisSinkBuilder`]).
 //!
+//! - Aggregation tiles ([`tiles`]): the sink behind a pipeline's `aggregations:`.
+//!
 //! Reads are the `serving` module's; it uses the connection, keys and layouts from here.
 
 mod calls;
@@ -22,6 +24,7 @@ mod sink;
 #[cfg(test)]
 mod tests;
 mod ties;
+pub mod tiles;
 mod writer;
 
 pub use config::{LayoutKind, RedisMode, RedisServiceConfig, RedisSinkConfig};

@@ -1,0 +1,119 @@
+//! A batch's rows as each entity's events, one per aggregation per message, in delivery
+//! order.
+
+use std::sync::Arc;
+
+use arrow::array::Array;
+use arrow::error::ArrowError;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use rustc_hash::FxHashMap;
+
+use super::layout::TileLayout;
+use crate::aggregate::{datums, Datum, Event};
+use crate::record::{event_time_millis, RowBatch, RowLayout};
+use crate::source::Offset;
+
+/// One message of an entity: where it is in its stream, and its event for each aggregation.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// Its stream (topic partition).
+    pub stream: Arc<str>,
+    /// Its position in the stream.
+    pub offset: Offset,
+    /// One event per aggregation, in the layout's order.
+    pub events: Vec<Event>,
+}
+
+/// An entity's messages in a batch.
+#[derive(Debug, Clone)]
+pub struct EntityEvents {
+    /// The hash of its tiles.
+    pub key: String,
+    /// Its messages in delivery order.
+    pub messages: Vec<Message>,
+}
+
+/// The entities of `batch` (rows shaped by `rows`) with their messages, in order of first
+/// appearance. Rows without a key or event time are skipped (the decoder rejects them).
+pub fn entity_events(
+    layout: &TileLayout,
+    rows: &RowLayout,
+    batch: &RowBatch,
+) -> Result<Vec<EntityEvents>, ArrowError> {
+    let records = &batch.rows;
+    let column = |name: &str| {
+        records
+            .column_by_name(name)
+            .ok_or_else(|| ArrowError::SchemaError(format!("row batch lacks `{name}`")))
+    };
+    let options = FormatOptions::default();
+    let key_columns = rows
+        .keys
+        .iter()
+        .map(|k| column(k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let key_formatters = key_columns
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+        .collect::<Result<Vec<_>, _>>()?;
+    let times = column(&rows.event_time)?;
+    // Per aggregation its column's values; `None`: a count of events.
+    let values = layout
+        .aggregations()
+        .iter()
+        .map(|a| a.column.as_deref().map(|c| datums(column(c)?)).transpose())
+        .collect::<Result<Vec<_>, ArrowError>>()?;
+
+    let mut entities: Vec<EntityEvents> = Vec::new();
+    let mut index: FxHashMap<String, usize> = FxHashMap::default();
+    for row in 0..records.num_rows() {
+        let Some(event_time) = event_time_millis(times, row) else {
+            continue;
+        };
+        if key_columns.iter().any(|c| c.is_null(row)) {
+            continue;
+        }
+        let key_values = key_formatters
+            .iter()
+            .map(|f| f.value(row).try_to_string())
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(position) = batch
+            .row_positions
+            .get(row)
+            .and_then(|&m| batch.positions.get(m).map(|p| (m, p)))
+        else {
+            continue;
+        };
+        let (message, position) = position;
+        let publish_time = batch
+            .publish_times_ms
+            .get(message)
+            .map_or(0, |&ms| i64::try_from(ms).unwrap_or(i64::MAX));
+        let events = values
+            .iter()
+            .map(|column| Event {
+                event_time,
+                publish_time,
+                value: match column {
+                    Some(values) => values.get(row).cloned().flatten(),
+                    None => Some(Datum::Bool(true)),
+                },
+                tie_break: u64::try_from(publish_time).unwrap_or(0),
+            })
+            .collect();
+        let key = layout.key(&key_values);
+        let slot = *index.entry(key.clone()).or_insert_with(|| {
+            entities.push(EntityEvents {
+                key,
+                messages: Vec::new(),
+            });
+            entities.len() - 1
+        });
+        entities[slot].messages.push(Message {
+            stream: position.topic.clone(),
+            offset: position.offset,
+            events,
+        });
+    }
+    Ok(entities)
+}

@@ -1,0 +1,184 @@
+//! Applying a batch's events to the entities' tiles: read the tiles and positions, apply in
+//! the process what they do not hold yet, and write back only if no one else updated the
+//! entity meanwhile (a replica during a partition hand-over); an entity that lost the race
+//! is read and applied again. Each entity's update is atomic, so its tiles and positions
+//! always agree, and a replay of any part of a stream is harmless.
+
+use redis::{Cmd, Script};
+
+use super::events::EntityEvents;
+use super::layout::{
+    decode_positions, encode_positions, TileError, TileLayout, POSITIONS_FIELD, VERSION_FIELD,
+};
+use crate::aggregate::{AppliedPositions, ReplayOutcome, Tiles};
+use crate::redis::RedisConnection;
+use crate::source::Offset;
+
+/// Writes an entity's tiles if its version is still the one read. KEYS[1] the hash;
+/// ARGV[1] the version read (`''`: none), ARGV[2] the expiry in ms (0: none), then field
+/// and value pairs. Returns 1 when written, 0 when the version changed.
+const UPDATE_LUA: &str = r"
+local v = redis.call('HGET', KEYS[1], '_v')
+if (v or '') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], '_v', (tonumber(v) or 0) + 1, unpack(ARGV, 3))
+local expiry = tonumber(ARGV[2])
+if expiry > 0 then redis.call('PEXPIRE', KEYS[1], expiry) end
+return 1
+";
+
+/// The script of every tile update.
+pub fn update_script() -> Script {
+    Script::new(UPDATE_LUA)
+}
+
+/// Why an update did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    /// Redis did not answer or refused: retry the batch (what was written is held).
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+}
+
+/// What a batch's update did, over its entities.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpdateOutcome {
+    /// Events applied, already held, late.
+    pub events: ReplayOutcome,
+    /// Entity updates that found another writer's update first and were done again.
+    pub conflicts: usize,
+    /// Entities whose stored tiles could not be read: they start from empty tiles.
+    pub unreadable: usize,
+}
+
+/// Applies `entities`' events to their tiles at time `now` (ms since 1970: tiles no later
+/// read covers are dropped), keeping each hash `expiry_ms` after the update.
+pub async fn update_tiles(
+    connection: &mut RedisConnection,
+    script: &Script,
+    layout: &TileLayout,
+    entities: &[EntityEvents],
+    (now, expiry_ms): (i64, i64),
+) -> Result<UpdateOutcome, UpdateError> {
+    let specs: Vec<_> = layout
+        .aggregations()
+        .iter()
+        .map(|a| a.spec.clone())
+        .collect();
+    let mut outcome = UpdateOutcome::default();
+    let mut pending: Vec<&EntityEvents> = entities.iter().collect();
+    while !pending.is_empty() {
+        let reads: Vec<Cmd> = pending
+            .iter()
+            .map(|e| read_command(layout, &e.key))
+            .collect();
+        let replies: Vec<Vec<Option<Vec<u8>>>> = connection.query_all(reads).await?;
+        let mut writes = Vec::with_capacity(pending.len());
+        let mut written = Vec::with_capacity(pending.len());
+        for (entity, reply) in pending.iter().zip(replies) {
+            let (version, mut positions, mut tiles) = match stored(layout, &entity.key, reply) {
+                Ok(stored) => stored,
+                Err((version, e)) => {
+                    tracing::error!(error = %e, "stored tiles are unreadable; the entity starts from empty tiles");
+                    outcome.unreadable += 1;
+                    let empty = vec![Tiles::default(); specs.len()];
+                    (version, AppliedPositions::default(), empty)
+                }
+            };
+            let applied = positions.apply_new(
+                &specs,
+                &mut tiles,
+                entity
+                    .messages
+                    .iter()
+                    .map(|m| (&*m.stream, m.offset, m.events.as_slice())),
+            );
+            if applied.applied + applied.late == 0 {
+                // Every event is held already: nothing to write.
+                outcome.events.already_held += applied.already_held;
+                continue;
+            }
+            for (spec, tiles) in specs.iter().zip(tiles.iter_mut()) {
+                tiles.evict(spec, now);
+            }
+            writes.push(write_command(
+                script,
+                layout,
+                &entity.key,
+                (&version, expiry_ms),
+                (&positions, &tiles),
+            ));
+            written.push((*entity, applied));
+        }
+        let answers: Vec<i64> = connection.invoke_all_replies(script, &writes).await?;
+        let mut lost = Vec::new();
+        for ((entity, applied), answer) in written.into_iter().zip(answers) {
+            if answer == 0 {
+                // Another writer updated it since the read: its counts are the next round's.
+                lost.push(entity);
+            } else {
+                outcome.events.applied += applied.applied;
+                outcome.events.late += applied.late;
+                outcome.events.already_held += applied.already_held;
+            }
+        }
+        outcome.conflicts += lost.len();
+        pending = lost;
+    }
+    Ok(outcome)
+}
+
+/// An entity's version, positions and tiles.
+type Stored = (Vec<u8>, AppliedPositions<Offset>, Vec<Tiles>);
+
+/// The version, positions and tiles an entity's hash holds (`reply` to
+/// [`read_command`]); on unreadable bytes, the version (to overwrite them) and why.
+fn stored(
+    layout: &TileLayout,
+    key: &str,
+    reply: Vec<Option<Vec<u8>>>,
+) -> Result<Stored, (Vec<u8>, TileError)> {
+    let mut values = reply.into_iter();
+    let version = values.next().flatten().unwrap_or_default();
+    let positions = match values.next().flatten() {
+        Some(bytes) => decode_positions(key, &bytes).map_err(|e| (version.clone(), e))?,
+        None => AppliedPositions::default(),
+    };
+    let rest: Vec<Option<Vec<u8>>> = values.collect();
+    let tiles = layout
+        .decode(key, &rest)
+        .map_err(|e| (version.clone(), e))?;
+    Ok((version, positions, tiles))
+}
+
+/// `HMGET` of the version, the positions and every tile field.
+fn read_command(layout: &TileLayout, key: &str) -> Cmd {
+    let mut command = redis::cmd("HMGET");
+    command.arg(key).arg(VERSION_FIELD).arg(POSITIONS_FIELD);
+    for field in layout.fields() {
+        command.arg(&field.name);
+    }
+    command
+}
+
+/// The script call writing an entity's positions and tiles if its version is still
+/// `version`.
+fn write_command(
+    script: &Script,
+    layout: &TileLayout,
+    key: &str,
+    (version, expiry_ms): (&[u8], i64),
+    (positions, tiles): (&AppliedPositions<Offset>, &[Tiles]),
+) -> Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(script.get_hash())
+        .arg(1)
+        .arg(key)
+        .arg(version)
+        .arg(expiry_ms.max(0))
+        .arg(POSITIONS_FIELD)
+        .arg(encode_positions(positions));
+    for (field, value) in layout.fields().iter().zip(layout.encode(tiles)) {
+        call.arg(&field.name).arg(value);
+    }
+    call
+}
