@@ -93,6 +93,7 @@ mod tests {
             layout: LayoutKind::Native,
             project: "p".into(),
             ttl,
+            tiles: None,
         }
     }
 

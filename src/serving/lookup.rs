@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::feast::FeastJson;
 use super::read_cache::CachedRow;
 use super::view::FeatureView;
+use crate::aggregate::Output;
 
 /// One view's part of a read: the features asked and the entities to look up.
 #[derive(Debug, Clone)]
@@ -27,6 +28,9 @@ pub struct Found {
     pub event_time_ms: Option<i64>,
     /// The stored values.
     values: FoundValues,
+    /// Per feature asked, its value when it is an aggregated feature (empty when the lookup
+    /// asked none).
+    aggregated: Vec<Option<Output>>,
 }
 
 /// Where a [`Found`]'s values are.
@@ -44,6 +48,7 @@ impl Found {
         Self {
             event_time_ms,
             values: FoundValues::Asked(values),
+            aggregated: Vec::new(),
         }
     }
 
@@ -52,7 +57,18 @@ impl Found {
         Self {
             event_time_ms: row.event_time_ms,
             values: FoundValues::Cached(row),
+            aggregated: Vec::new(),
         }
+    }
+
+    /// Sets the aggregated features' values, one per feature asked (`None` for plain ones).
+    pub fn set_aggregated(&mut self, values: Vec<Option<Output>>) {
+        self.aggregated = values;
+    }
+
+    /// The value of the `asked`-th feature of the lookup when it is an aggregated one.
+    pub fn aggregated(&self, asked: usize) -> Option<&Output> {
+        self.aggregated.get(asked)?.as_ref()
     }
 
     /// The stored bytes of the `asked`-th feature of the lookup, feature `feature` of the
@@ -67,6 +83,9 @@ impl Found {
     /// The entity's row in Feast's JSON, when it came from the cache (`view` is the
     /// lookup's): written once per row, copied by every answer after.
     pub fn feast_json(&self, view: &FeatureView) -> Option<&FeastJson> {
+        if !self.aggregated.is_empty() {
+            return None;
+        }
         match &self.values {
             FoundValues::Asked(_) => None,
             FoundValues::Cached(row) => Some(row.feast_json(view)),

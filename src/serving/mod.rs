@@ -14,6 +14,7 @@
 //! from [`crate::redis`]; no sink knows an HTTP answer format. The listener itself and
 //! the JSON error body are [`crate::http`]'s.
 
+mod aggregated;
 mod body;
 mod config;
 mod coverage;

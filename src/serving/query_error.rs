@@ -1,6 +1,7 @@
 //! Why a feature read cannot be answered: the caller asked for something wrong, or Redis
 //! failed.
 
+use crate::redis::tiles::TileError;
 use crate::redis::RedisSetupError;
 
 /// A query that cannot be answered.
@@ -41,11 +42,17 @@ pub enum QueryError {
     /// Redis failed.
     #[error("Redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// An entity's stored aggregation tiles do not read back.
+    #[error(transparent)]
+    Tiles(#[from] TileError),
 }
 
 impl QueryError {
     /// Whether the caller asked for something wrong (HTTP 4xx) rather than Redis failing.
     pub fn is_client_error(&self) -> bool {
-        !matches!(self, QueryError::Redis(_) | QueryError::Setup(_))
+        !matches!(
+            self,
+            QueryError::Redis(_) | QueryError::Setup(_) | QueryError::Tiles(_)
+        )
     }
 }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
+use super::aggregated::{now_ms, output_json, read_aggregated};
 use super::lookup::{Found, Lookup, ViewFields};
 use super::query_error::QueryError;
 use super::read_cache::ReadCache;
@@ -113,9 +114,31 @@ impl FeatureReader {
         }
     }
 
-    /// Reads every lookup's entities in one round trip; the answer has one [`Found`] per
-    /// entity, per lookup, in order.
+    /// Reads every lookup's entities (with one more round trip for the tiles of aggregated
+    /// features, read at this time); the answer has one [`Found`] per entity, per lookup,
+    /// in order.
     pub async fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Vec<Found>>, QueryError> {
+        let mut found = self.lookup_stored(lookups).await?;
+        let mut connection = self.connection().await?;
+        let aggregated = match read_aggregated(&mut connection, lookups, now_ms()).await {
+            Ok(values) => values,
+            Err(e) => {
+                if let QueryError::Redis(e) = &e {
+                    self.forget_broken(e).await;
+                }
+                return Err(e);
+            }
+        };
+        for (rows, values) in found.iter_mut().zip(aggregated) {
+            for (row, values) in rows.iter_mut().zip(values) {
+                row.set_aggregated(values);
+            }
+        }
+        Ok(found)
+    }
+
+    /// The stored values of every lookup's entities, in one round trip.
+    async fn lookup_stored(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Vec<Found>>, QueryError> {
         if let Some(cache) = &self.cache {
             // Connect first: a new connection empties the cache, and its epoch is then the
             // one every read of the lookup is sent at.
@@ -220,9 +243,12 @@ impl FeatureReader {
             .map(|(found, entity)| {
                 let mut out = Map::new();
                 for (asked, &feature) in lookup.features.iter().enumerate() {
-                    let decoded = found.value(asked, feature).map_or(Value::Null, |raw| {
-                        view.decode(feature, raw, ValueStyle::Typed)
-                    });
+                    let decoded = match found.aggregated(asked) {
+                        Some(output) => output_json(output, ValueStyle::Typed),
+                        None => found.value(asked, feature).map_or(Value::Null, |raw| {
+                            view.decode(feature, raw, ValueStyle::Typed)
+                        }),
+                    };
                     let name = view.features.get(feature).map_or("", |(f, _)| f.as_str());
                     out.insert(name.to_string(), decoded);
                 }

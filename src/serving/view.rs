@@ -1,6 +1,7 @@
 //! An online view as readers see it: its keys, features and types, and how its entities
 //! keys and fields are named in Redis, in either layout.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::DataType;
@@ -8,6 +9,7 @@ use serde_json::Value;
 
 use super::query_error::QueryError;
 use super::values::{decode, ValueStyle};
+use crate::redis::tiles::TileLayout;
 use crate::redis::{entity_key, feast, LayoutKind, RedisSinkConfig, EVENT_TIME_FIELD};
 
 /// One pipeline's online features as readers see them.
@@ -28,6 +30,9 @@ pub struct FeatureView {
     /// The sink's `online.ttl`: values whose event time is older are past their max age (a
     /// hash whose expiry was refreshed by a late event can hold such values).
     pub ttl: Option<Duration>,
+    /// The pipeline's aggregations, when it has some: their features follow the plain ones
+    /// in [`FeatureView::features`] and are computed from tiles at each read.
+    pub tiles: Option<Arc<TileLayout>>,
 }
 
 impl FeatureView {
@@ -63,7 +68,22 @@ impl FeatureView {
                 .clone()
                 .unwrap_or_else(|| name.to_string()),
             ttl: online.ttl,
+            tiles: None,
         }
+    }
+
+    /// This view with `tiles`' aggregated features after its plain ones.
+    pub fn with_aggregations(mut self, tiles: TileLayout) -> Self {
+        self.features.extend(tiles.features());
+        self.tiles = Some(Arc::new(tiles));
+        self
+    }
+
+    /// How many of [`FeatureView::features`] are plain (stored values); the rest are
+    /// aggregated.
+    pub fn plain_features(&self) -> usize {
+        let aggregated = self.tiles.as_ref().map_or(0, |t| t.features().len());
+        self.features.len().saturating_sub(aggregated)
     }
 
     /// The position of feature `name` in [`FeatureView::features`].

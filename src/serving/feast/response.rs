@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use super::json::{feast_timestamp, FEAST_EPOCH};
 use super::request::{output_name, Plan};
+use crate::serving::aggregated::output_json;
 use crate::serving::{Found, ValueStyle};
 
 /// The answer, borrowing from the plan and from what Redis held.
@@ -202,6 +203,17 @@ pub fn build<'a>(
             for (asked, (column, &feature)) in
                 view_columns.iter_mut().zip(&view_plan.features).enumerate()
             {
+                if let Some(output) = row.aggregated(asked) {
+                    let value = output_json(output, ValueStyle::Feast);
+                    let status = if value.is_null() {
+                        "NULL_VALUE"
+                    } else {
+                        "PRESENT"
+                    };
+                    column.values.push(Cell::Owned(value));
+                    column.statuses.push(status);
+                    continue;
+                }
                 let value = match (row.event_time_ms, rendered) {
                     (None, _) => None,
                     (Some(_), Some(json)) => json.value(feature).map(Cell::Text),

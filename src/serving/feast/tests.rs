@@ -29,6 +29,7 @@ fn view(name: &str, keys: &[(&str, DataType)], features: &[(&str, DataType)]) ->
         layout: LayoutKind::Native,
         project: "p".into(),
         ttl: Some(Duration::from_secs(60)),
+        tiles: None,
     }
 }
 
