@@ -27,6 +27,7 @@ pub use report::{AuditReport, Example, FeatureReport, LagReport};
 pub use sample::Selection;
 pub use served::audit_served;
 
+use crate::delta::read::FileReadError;
 use crate::delta::{Table, TableError, TableLocation};
 use crate::record::{entity_hash, RowLayout};
 use crate::redis::RedisServiceConfig;
@@ -39,13 +40,8 @@ use sample::Sampler;
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
     /// A data file of the table could not be read.
-    #[error("offline table: reading {path}: {source}")]
-    TableFile {
-        /// The file, relative to the table.
-        path: String,
-        /// Why (the store, the Parquet reader, or the reading task).
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    #[error("offline table: {0}")]
+    TableFile(#[from] FileReadError),
     /// The table's log could not be read.
     #[error("offline table: {0}")]
     TableLog(#[from] TableError),

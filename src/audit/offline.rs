@@ -10,16 +10,14 @@ use std::fmt::Write as _;
 use arrow::array::{ArrayRef, BooleanArray, BooleanBuilder, RecordBatch};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::StreamExt;
-use object_store::path::Path as StorePath;
-use object_store::{ObjectStore, ObjectStoreExt};
-use parquet::arrow::arrow_reader::{ArrowPredicateFn, ParquetRecordBatchReaderBuilder, RowFilter};
-use parquet::arrow::ProjectionMask;
+use object_store::ObjectStore;
 
 use super::classify::{EntityKey, OfflineRow};
 use super::sample::{Offered, SampleFilter, Sampler};
 use super::values::table_value;
 use super::{AuditError, TableRead};
 use crate::delta::ops::partition_end_ms;
+use crate::delta::read::{fold_file, partition_start_ms, RowsWanted};
 use crate::delta::{ActiveFile, Table};
 use crate::record::entity_hash;
 use crate::record::KeyHasher;
@@ -68,10 +66,11 @@ pub async fn read_newest(
                 store.clone(),
                 file.path,
                 layout.columns(),
-                Some(KeyFilter {
+                KeyFilter {
                     keys: layout.keys.clone(),
                     filter: filter.clone(),
-                }),
+                }
+                .rows_wanted(),
                 HashMap::new(),
                 move |batch, rows| newest_in_batch(batch, &layout, &filter, rows),
             )
@@ -110,6 +109,17 @@ pub(super) struct KeyFilter {
 }
 
 impl KeyFilter {
+    /// The rows a file read decodes whole; `None` when the sample takes every entity.
+    fn rows_wanted(self) -> Option<RowsWanted> {
+        if self.filter.admits_all() {
+            return None;
+        }
+        Some(RowsWanted {
+            columns: self.keys.clone(),
+            keep: Box::new(move |batch| self.admitted(batch)),
+        })
+    }
+
     /// For each row of `batch` (holding the key columns), whether its entity may be taken.
     fn admitted(&self, batch: &RecordBatch) -> Result<BooleanArray, arrow::error::ArrowError> {
         let columns = self
@@ -234,87 +244,6 @@ pub async fn history_rows(
         events.sort_by_key(|(at, _)| *at);
     }
     Ok((history, read_total))
-}
-
-/// When the partition `values` starts, epoch ms (its end less an hour or a day).
-fn partition_start_ms(values: &std::collections::BTreeMap<String, Option<String>>) -> Option<i64> {
-    let span = if values.contains_key(crate::delta::HOUR_COLUMN) {
-        3_600_000
-    } else {
-        86_400_000
-    };
-    partition_end_ms(values).map(|end| end - span)
-}
-
-/// Reads the file at `path` of `store` with only `columns` (and, with `key_filter`, only the
-/// rows it admits), folding each record batch into `state` on a blocking thread; returns
-/// the state and the rows read.
-pub(super) async fn fold_file<S, F>(
-    store: Arc<dyn ObjectStore>,
-    path: String,
-    columns: Vec<String>,
-    key_filter: Option<KeyFilter>,
-    mut state: S,
-    fold: F,
-) -> Result<(S, u64), AuditError>
-where
-    S: Send + 'static,
-    F: Fn(&RecordBatch, &mut S) -> Result<(), arrow::error::ArrowError> + Send + 'static,
-{
-    type Failure = Box<dyn std::error::Error + Send + Sync>;
-    let failed = |source: Failure| AuditError::TableFile {
-        path: path.clone(),
-        source,
-    };
-    let bytes = store
-        .get(&StorePath::from(path.as_str()))
-        .await
-        .map_err(|e| failed(e.into()))?
-        .bytes()
-        .await
-        .map_err(|e| failed(e.into()))?;
-    tokio::task::spawn_blocking(move || -> Result<(S, u64), Failure> {
-        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
-        let roots: Vec<usize> = builder
-            .schema()
-            .fields()
-            .iter()
-            .enumerate()
-            .filter(|(_, field)| columns.contains(field.name()))
-            .map(|(index, _)| index)
-            .collect();
-        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-        let mut builder = builder;
-        if let Some(key_filter) = key_filter.filter(|f| !f.filter.admits_all()) {
-            let key_roots: Vec<usize> = builder
-                .schema()
-                .fields()
-                .iter()
-                .enumerate()
-                .filter(|(_, field)| key_filter.keys.contains(field.name()))
-                .map(|(index, _)| index)
-                .collect();
-            let key_mask = ProjectionMask::roots(builder.parquet_schema(), key_roots);
-            let predicate = ArrowPredicateFn::new(key_mask, move |batch: RecordBatch| {
-                key_filter.admitted(&batch)
-            });
-            builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
-        }
-        let reader = builder
-            .with_projection(mask)
-            .with_batch_size(16_384)
-            .build()?;
-        let mut read = 0;
-        for batch in reader {
-            let batch = batch?;
-            read += batch.num_rows() as u64;
-            fold(&batch, &mut state)?;
-        }
-        Ok((state, read))
-    })
-    .await
-    .map_err(|e| failed(e.into()))?
-    .map_err(failed)
 }
 
 /// Formatters of `batch`'s key columns: row `i`'s entity is their values as text.

@@ -13,10 +13,11 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::classify::{compare, EntityKey, OfflineRow, OnlineRow};
-use super::offline::{feature_values, fold_file, history_rows, key_columns, required};
+use super::offline::{feature_values, history_rows, key_columns, required};
 use super::report::{AuditReport, ReportHead};
 use super::sample::{Offered, Sampler, Selection};
 use super::{AuditError, AuditTarget, TableRead};
+use crate::delta::read::fold_file;
 use crate::delta::{Table, TableLocation};
 use crate::record::entity_hash;
 use crate::record::event_time_millis;

@@ -27,11 +27,13 @@
 //!   committed as one version (the offline sink and the feature log use it).
 //! - [`streaming`]: the sink of a pipeline's `offline:` section: buffers a rollover, commits
 //!   it through the writer with its topic positions, reports its messages durable.
+//! - [`read`]: reading data files column- and row-wise (the audit, training sets).
 //! - [`ops`]: the operator commands `offline compact`, `vacuum` and `upgrade`.
 
 mod config;
 pub mod ops;
 mod probe;
+pub mod read;
 mod sink;
 pub mod streaming;
 pub mod table;
