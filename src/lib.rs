@@ -24,4 +24,5 @@ pub mod serving;
 pub mod sink;
 pub mod source;
 pub mod tls;
+pub mod training;
 pub mod yaml;

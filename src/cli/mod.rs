@@ -9,6 +9,7 @@ mod offline;
 mod produce;
 mod run;
 mod schemas;
+mod training;
 mod validate;
 
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
 //! `feature-connector offline compact|vacuum|upgrade`: maintenance of a pipeline's Delta
-//! table (compact and vacuum are safe while the connector runs).
+//! table (compact and vacuum are safe while the connector runs); `offline training-set` is
+//! [`super::training`]'s.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -22,6 +23,10 @@ pub struct OfflineArgs {
 
 #[derive(Debug, Subcommand)]
 enum Action {
+    /// Write a training set: each row of an entity file (join keys and a timestamp) with
+    /// the pipeline's aggregated features as the online store served them at that time,
+    /// computed from the table; or print the same as SQL (`--sql duckdb|spark`).
+    TrainingSet(super::training::TrainingSetArgs),
     /// Rewrite the small files of closed partitions into large ones, in one commit that
     /// readers see as no data change.
     Compact {
@@ -74,13 +79,25 @@ const SAFE_RETENTION: Duration = Duration::from_secs(3600);
 
 /// Runs `offline compact` or `offline vacuum`.
 pub async fn offline(args: OfflineArgs) -> ExitCode {
-    let (Action::Compact {
-        config, pipeline, ..
-    }
-    | Action::Vacuum {
-        config, pipeline, ..
-    }
-    | Action::Upgrade { config, pipeline }) = &args.action;
+    let (config, pipeline) = match args.action {
+        Action::TrainingSet(training) => {
+            return super::training::training_set_command(training).await
+        }
+        Action::Compact {
+            ref config,
+            ref pipeline,
+            ..
+        }
+        | Action::Vacuum {
+            ref config,
+            ref pipeline,
+            ..
+        }
+        | Action::Upgrade {
+            ref config,
+            ref pipeline,
+        } => (config, pipeline),
+    };
     let (service, pipeline) = match config.load_pipeline(pipeline) {
         Ok(found) => found,
         Err(code) => return code,
@@ -126,7 +143,7 @@ pub async fn offline(args: OfflineArgs) -> ExitCode {
             }
             vacuum(&mut table, retain, dry_run).await
         }
-        Action::Upgrade { .. } => Ok(()),
+        Action::Upgrade { .. } | Action::TrainingSet(_) => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
