@@ -23,6 +23,16 @@ fn rows_of(batch: &RecordBatch) -> Vec<serde_json::Map<String, Value>> {
     serde_json::from_slice(&buffer).expect("JSON rows")
 }
 
+/// The rows of the training set at `path`.
+pub fn read_training_set(path: &Path) -> Vec<serde_json::Map<String, Value>> {
+    ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).expect("training set"))
+        .expect("parquet")
+        .build()
+        .expect("reader")
+        .flat_map(|b| rows_of(&b.expect("batch")))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn training_rows_equal_the_events_point_in_time_and_duckdb_agrees() {
     let project = Project::new(&redis_url());

@@ -766,6 +766,39 @@ pub async fn publish_raw(topic: &str, payloads: Vec<Vec<u8>>) {
     }
 }
 
+/// Publishes `(key, payload)` messages (no schema) to `topic`, a partitioned one routed by
+/// key.
+pub async fn publish_keyed(topic: &str, messages: Vec<(String, Vec<u8>)>) {
+    let pulsar = pulsar::Pulsar::builder(pulsar_url(), pulsar::TokioExecutor)
+        .build()
+        .await
+        .expect("pulsar client");
+    let mut producer = pulsar
+        .producer()
+        .with_topic(topic)
+        .build()
+        .await
+        .expect("keyed producer");
+    // A bounded number in flight: the client refuses sends beyond its queue (SlowDown).
+    for chunk in messages.chunks(100) {
+        let mut receipts = Vec::with_capacity(chunk.len());
+        for (key, payload) in chunk {
+            receipts.push(
+                producer
+                    .create_message()
+                    .with_content(payload.clone())
+                    .with_key(key.clone())
+                    .send_non_blocking()
+                    .await
+                    .expect("send"),
+            );
+        }
+        for receipt in receipts {
+            receipt.await.expect("receipt");
+        }
+    }
+}
+
 /// Reads every message of a dead-letter topic (waits until `expected` arrived, then 2 s more
 /// to be sure nothing else comes) and returns their properties.
 pub async fn read_dead_letters(
