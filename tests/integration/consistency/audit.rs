@@ -103,16 +103,18 @@ async fn replicas_killed_mid_stream_leave_online_and_offline_equal() {
     );
     let last_event_ms = chrono::Utc::now().timestamp_millis();
 
-    // Right after the last event, replicas still running: the table may lag behind online
-    // by about a rollover (1 s), online never behind the table.
+    // Right after the last event, replicas still running: the table may lag behind online,
+    // online never behind the table. The lag is about a rollover (1 s), or, for a partition
+    // whose replica was just killed, the rollover it lost: redelivered to the replica that
+    // takes the partition over and committed by it (up to 5.6 s seen on a 2-core box).
     let (code, live) = audit_json(&project, "aud", &["--sample", "all"]);
     assert_eq!(code, 0, "{live:#}");
     assert_eq!(live["defects"], 0, "{live:#}");
     if let Some(lag) = live["lag"].as_object() {
-        // Every event online ahead of the table arrived within about a rollover (1 s) of
-        // the last one, its commit and the audit's start included.
+        // Every event online ahead of the table arrived within a take-over and a rollover
+        // of the last one, its commit and the audit's start included.
         let oldest = lag["oldest_online_event_time_ms"].as_i64().expect("oldest");
-        assert!(oldest >= last_event_ms - 3_000, "{live:#}");
+        assert!(oldest >= last_event_ms - 10_000, "{live:#}");
     }
 
     let partitions: Vec<String> = (0..4)
