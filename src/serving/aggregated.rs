@@ -10,6 +10,7 @@ use super::lookup::Lookup;
 use super::query_error::QueryError;
 use super::values::{feast_float, ValueStyle};
 use crate::aggregate::{Datum, Output};
+use crate::redis::tiles::TILES_FIELD;
 use crate::redis::RedisConnection;
 
 /// Per lookup, per entity, per feature asked: its value when it is an aggregated feature,
@@ -32,18 +33,15 @@ pub async fn read_aggregated(
             continue;
         };
         for entity in &lookup.entities {
-            let mut command = redis::cmd("HMGET");
-            command.arg(tiles.key(entity));
-            for field in tiles.fields() {
-                command.arg(&field.name);
-            }
+            let mut command = redis::cmd("HGET");
+            command.arg(tiles.key(entity)).arg(TILES_FIELD);
             commands.push(command);
         }
     }
     if commands.is_empty() {
         return Ok(vec![Vec::new(); lookups.len()]);
     }
-    let replies: Vec<Vec<Option<Vec<u8>>>> = connection.query_all(commands).await?;
+    let replies: Vec<Option<Vec<u8>>> = connection.query_all(commands).await?;
     let mut replies = replies.into_iter();
     let mut out = Vec::with_capacity(lookups.len());
     for lookup in lookups {
@@ -54,7 +52,7 @@ pub async fn read_aggregated(
         let plain = lookup.view.plain_features();
         let mut rows = Vec::with_capacity(lookup.entities.len());
         for (entity, reply) in lookup.entities.iter().zip(replies.by_ref()) {
-            let stored = tiles.decode(&tiles.key(entity), &reply)?;
+            let stored = tiles.decode(&tiles.key(entity), reply.as_deref())?;
             let values = tiles.read(&stored, now);
             rows.push(
                 lookup

@@ -8,7 +8,8 @@ use redis::{Cmd, Script};
 
 use super::events::EntityEvents;
 use super::layout::{
-    decode_positions, encode_positions, TileError, TileLayout, POSITIONS_FIELD, VERSION_FIELD,
+    decode_positions, encode_positions, TileError, TileLayout, POSITIONS_FIELD, TILES_FIELD,
+    VERSION_FIELD,
 };
 use crate::aggregate::{AppliedPositions, ReplayOutcome, Tiles};
 use crate::redis::RedisConnection;
@@ -67,10 +68,7 @@ pub async fn update_tiles(
     let mut outcome = UpdateOutcome::default();
     let mut pending: Vec<&EntityEvents> = entities.iter().collect();
     while !pending.is_empty() {
-        let reads: Vec<Cmd> = pending
-            .iter()
-            .map(|e| read_command(layout, &e.key))
-            .collect();
+        let reads: Vec<Cmd> = pending.iter().map(|e| read_command(&e.key)).collect();
         let replies: Vec<Vec<Option<Vec<u8>>>> = connection.query_all(reads).await?;
         let mut writes = Vec::with_capacity(pending.len());
         let mut written = Vec::with_capacity(pending.len());
@@ -143,20 +141,21 @@ fn stored(
         Some(bytes) => decode_positions(key, &bytes).map_err(|e| (version.clone(), e))?,
         None => AppliedPositions::default(),
     };
-    let rest: Vec<Option<Vec<u8>>> = values.collect();
+    let tiles_value = values.next().flatten();
     let tiles = layout
-        .decode(key, &rest)
+        .decode(key, tiles_value.as_deref())
         .map_err(|e| (version.clone(), e))?;
     Ok((version, positions, tiles))
 }
 
-/// `HMGET` of the version, the positions and every tile field.
-fn read_command(layout: &TileLayout, key: &str) -> Cmd {
+/// `HMGET` of the version, the positions and the tiles.
+fn read_command(key: &str) -> Cmd {
     let mut command = redis::cmd("HMGET");
-    command.arg(key).arg(VERSION_FIELD).arg(POSITIONS_FIELD);
-    for field in layout.fields() {
-        command.arg(&field.name);
-    }
+    command
+        .arg(key)
+        .arg(VERSION_FIELD)
+        .arg(POSITIONS_FIELD)
+        .arg(TILES_FIELD);
     command
 }
 
@@ -176,9 +175,8 @@ fn write_command(
         .arg(version)
         .arg(expiry_ms.max(0))
         .arg(POSITIONS_FIELD)
-        .arg(encode_positions(positions));
-    for (field, value) in layout.fields().iter().zip(layout.encode(tiles)) {
-        call.arg(&field.name).arg(value);
-    }
+        .arg(encode_positions(positions))
+        .arg(TILES_FIELD)
+        .arg(layout.encode(tiles));
     call
 }
