@@ -2,6 +2,7 @@
 //! kept in Redis, values read through the serving listener and compared with values worked
 //! out here from the events themselves (not with the crate's tiles).
 
+mod decay;
 mod replicas;
 mod serving;
 mod training;
