@@ -11,37 +11,41 @@ use super::query_error::QueryError;
 use super::values::{feast_float, ValueStyle};
 use crate::aggregate::{Datum, Output};
 use crate::redis::tiles::TILES_FIELD;
-use crate::redis::RedisConnection;
 
 /// Per lookup, per entity, per feature asked: its value when it is an aggregated feature,
 /// `None` for a plain one; a lookup asking no aggregated feature gets no rows.
 pub type AggregatedValues = Vec<Vec<Vec<Option<Output>>>>;
 
-/// The aggregated features the `lookups` ask, read at `now` (ms since 1970).
-pub async fn read_aggregated(
-    connection: &mut RedisConnection,
-    lookups: &[Lookup<'_>],
-    now: i64,
-) -> Result<AggregatedValues, QueryError> {
-    let asks = |lookup: &Lookup<'_>| {
-        let plain = lookup.view.plain_features();
-        lookup.view.tiles.is_some() && lookup.features.iter().any(|&f| f >= plain)
-    };
-    let mut commands: Vec<Cmd> = Vec::new();
+/// Whether `lookup` asks any aggregated feature.
+fn asks(lookup: &Lookup<'_>) -> bool {
+    let plain = lookup.view.plain_features();
+    lookup.view.tiles.is_some() && lookup.features.iter().any(|&f| f >= plain)
+}
+
+/// The reads of the tiles the `lookups` need: one `HMGET` of the tiles field per entity of
+/// each lookup asking an aggregated feature (none for the others).
+pub fn tile_commands(lookups: &[Lookup<'_>]) -> Vec<Cmd> {
+    let mut commands = Vec::new();
     for lookup in lookups.iter().filter(|l| asks(l)) {
         let Some(tiles) = &lookup.view.tiles else {
             continue;
         };
         for entity in &lookup.entities {
-            let mut command = redis::cmd("HGET");
+            let mut command = redis::cmd("HMGET");
             command.arg(tiles.key(entity)).arg(TILES_FIELD);
             commands.push(command);
         }
     }
-    if commands.is_empty() {
-        return Ok(vec![Vec::new(); lookups.len()]);
-    }
-    let replies: Vec<Option<Vec<u8>>> = connection.query_all(commands).await?;
+    commands
+}
+
+/// The aggregated features the `lookups` ask at `now` (ms since 1970), from the `replies`
+/// to [`tile_commands`].
+pub fn aggregated_values(
+    lookups: &[Lookup<'_>],
+    replies: Vec<Vec<Option<Vec<u8>>>>,
+    now: i64,
+) -> Result<AggregatedValues, QueryError> {
     let mut replies = replies.into_iter();
     let mut out = Vec::with_capacity(lookups.len());
     for lookup in lookups {
@@ -52,7 +56,8 @@ pub async fn read_aggregated(
         let plain = lookup.view.plain_features();
         let mut rows = Vec::with_capacity(lookup.entities.len());
         for (entity, reply) in lookup.entities.iter().zip(replies.by_ref()) {
-            let stored = tiles.decode(&tiles.key(entity), reply.as_deref())?;
+            let value = reply.into_iter().next().flatten();
+            let stored = tiles.decode(&tiles.key(entity), value.as_deref())?;
             let values = tiles.read(&stored, now);
             rows.push(
                 lookup

@@ -6,9 +6,10 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use redis::Cmd;
 use serde_json::{json, Map, Value};
 
-use super::aggregated::{now_ms, output_json, read_aggregated};
+use super::aggregated::{aggregated_values, now_ms, output_json, tile_commands};
 use super::lookup::{Found, Lookup, ViewFields};
 use super::query_error::QueryError;
 use super::read_cache::ReadCache;
@@ -114,21 +115,33 @@ impl FeatureReader {
         }
     }
 
-    /// Reads every lookup's entities (with one more round trip for the tiles of aggregated
-    /// features, read at this time); the answer has one [`Found`] per entity, per lookup,
-    /// in order.
+    /// Reads every lookup's entities in one round trip, their stored values and the tiles
+    /// of the aggregated features asked (merged at this time); through the read cache, the
+    /// tiles take a round trip of their own. The answer has one [`Found`] per entity, per
+    /// lookup, in order.
     pub async fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Vec<Found>>, QueryError> {
-        let mut found = self.lookup_stored(lookups).await?;
-        let mut connection = self.connection().await?;
-        let aggregated = match read_aggregated(&mut connection, lookups, now_ms()).await {
-            Ok(values) => values,
-            Err(e) => {
-                if let QueryError::Redis(e) = &e {
+        let tile_reads = tile_commands(lookups);
+        let (mut found, tiles) = match &self.cache {
+            Some(cache) => {
+                // Connect first: a new connection empties the cache, and its epoch is then
+                // the one every read of the lookup is sent at.
+                let connection = self.connection().await?;
+                let found = cache
+                    .lookup(connection, |view| self.fields_of(view), lookups)
+                    .await;
+                if let Err(QueryError::Redis(e)) = &found {
                     self.forget_broken(e).await;
                 }
-                return Err(e);
+                let tiles = if tile_reads.is_empty() {
+                    Vec::new()
+                } else {
+                    self.query(tile_reads).await?
+                };
+                (found?, tiles)
             }
+            None => self.lookup_stored(lookups, tile_reads).await?,
         };
+        let aggregated = aggregated_values(lookups, tiles, now_ms())?;
         for (rows, values) in found.iter_mut().zip(aggregated) {
             for (row, values) in rows.iter_mut().zip(values) {
                 row.set_aggregated(values);
@@ -137,21 +150,27 @@ impl FeatureReader {
         Ok(found)
     }
 
-    /// The stored values of every lookup's entities, in one round trip.
-    async fn lookup_stored(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Vec<Found>>, QueryError> {
-        if let Some(cache) = &self.cache {
-            // Connect first: a new connection empties the cache, and its epoch is then the
-            // one every read of the lookup is sent at.
-            let connection = self.connection().await?;
-            let found = cache
-                .lookup(connection, |view| self.fields_of(view), lookups)
-                .await;
-            if let Err(QueryError::Redis(e)) = &found {
-                self.forget_broken(e).await;
+    /// Runs `commands` (`HMGET`s) on the shared connection.
+    async fn query(&self, commands: Vec<Cmd>) -> Result<Vec<Vec<Option<Vec<u8>>>>, QueryError> {
+        let mut connection = self.connection().await?;
+        match connection.query_all(commands).await {
+            Ok(rows) => Ok(rows),
+            Err(e) => {
+                self.forget_broken(&e).await;
+                Err(e.into())
             }
-            return found;
         }
-        let mut commands = Vec::with_capacity(lookups.iter().map(|l| l.entities.len()).sum());
+    }
+
+    /// The stored values of every lookup's entities, and the replies to `tile_reads`, in
+    /// one round trip.
+    async fn lookup_stored(
+        &self,
+        lookups: &[Lookup<'_>],
+        tile_reads: Vec<Cmd>,
+    ) -> Result<(Vec<Vec<Found>>, Vec<Vec<Option<Vec<u8>>>>), QueryError> {
+        let stored: usize = lookups.iter().map(|l| l.entities.len()).sum();
+        let mut commands = Vec::with_capacity(stored + tile_reads.len());
         for lookup in lookups {
             let view = lookup.view;
             let fields = self.fields_of(view);
@@ -164,16 +183,11 @@ impl FeatureReader {
                 commands.push(command);
             }
         }
-        let mut connection = self.connection().await?;
-        let rows: Vec<Vec<Option<Vec<u8>>>> = match connection.query_all(commands).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                self.forget_broken(&e).await;
-                return Err(e.into());
-            }
-        };
+        commands.extend(tile_reads);
+        let mut rows = self.query(commands).await?;
+        let tiles = rows.split_off(stored.min(rows.len()));
         let mut rows = rows.into_iter();
-        Ok(lookups
+        let found = lookups
             .iter()
             .map(|lookup| {
                 rows.by_ref()
@@ -190,7 +204,8 @@ impl FeatureReader {
                     })
                     .collect()
             })
-            .collect())
+            .collect();
+        Ok((found, tiles))
     }
 
     /// The features of each entity (`join key → value`), all or those named, as `get` and
