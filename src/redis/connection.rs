@@ -198,6 +198,12 @@ impl RedisConnection {
         }
     }
 
+    /// Whether this is a connection to a Redis Cluster (a script call may then touch one
+    /// hash slot only).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, RedisConnection::Cluster(_))
+    }
+
     /// Runs `commands` and returns their replies in order: one pipelined round trip on a
     /// single server; on a cluster each is routed by its key, all in flight at once.
     pub async fn query_all<T: FromRedisValue>(

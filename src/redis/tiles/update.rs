@@ -15,17 +15,30 @@ use crate::aggregate::{AppliedPositions, ReplayOutcome, Tiles};
 use crate::redis::RedisConnection;
 use crate::source::Offset;
 
-/// Writes an entity's tiles if its version is still the one read. KEYS[1] the hash;
-/// ARGV[1] the version read (`''`: none), ARGV[2] the expiry in ms (0: none), then field
-/// and value pairs. Returns 1 when written, 0 when the version changed.
+/// Writes each entity's tiles if its version is still the one read, atomically per call.
+/// KEYS: the entities' hashes; ARGV[1] the expiry in ms (0: none), then per key the version
+/// read (`''`: none), the positions and the tiles. Returns per key 1 when written, 0 when
+/// the version had changed.
 const UPDATE_LUA: &str = r"
-local v = redis.call('HGET', KEYS[1], '_v')
-if (v or '') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], '_v', (tonumber(v) or 0) + 1, unpack(ARGV, 3))
-local expiry = tonumber(ARGV[2])
-if expiry > 0 then redis.call('PEXPIRE', KEYS[1], expiry) end
-return 1
+local expiry, out = tonumber(ARGV[1]), {}
+for k = 1, #KEYS do
+  local a = 2 + (k - 1) * 3
+  local v = redis.call('HGET', KEYS[k], '_v')
+  if (v or '') == ARGV[a] then
+    redis.call('HSET', KEYS[k], '_v', (tonumber(v) or 0) + 1, '_p', ARGV[a + 1], '_t', ARGV[a + 2])
+    if expiry > 0 then redis.call('PEXPIRE', KEYS[k], expiry) end
+    out[k] = 1
+  else
+    out[k] = 0
+  end
+end
+return out
 ";
+
+/// Entities per script call on a single server: one call's fixed cost (about as much as
+/// the work of a few entities) spread over many. On a cluster each entity is a call of its
+/// own, routed by its key.
+const ENTITIES_PER_CALL: usize = 64;
 
 /// The script of every tile update.
 pub fn update_script() -> Script {
@@ -98,16 +111,25 @@ pub async fn update_tiles(
             for (spec, tiles) in specs.iter().zip(tiles.iter_mut()) {
                 tiles.evict(spec, now);
             }
-            writes.push(write_command(
-                script,
-                layout,
-                &entity.key,
-                (&version, expiry_ms),
-                (&positions, &tiles),
+            writes.push((
+                entity.key.as_str(),
+                version,
+                encode_positions(&positions),
+                layout.encode(&tiles),
             ));
             written.push((*entity, applied));
         }
-        let answers: Vec<i64> = connection.invoke_all_replies(script, &writes).await?;
+        let per_call = if connection.is_cluster() {
+            1
+        } else {
+            ENTITIES_PER_CALL
+        };
+        let calls: Vec<Cmd> = writes
+            .chunks(per_call)
+            .map(|chunk| write_command(script, expiry_ms, chunk))
+            .collect();
+        let answers: Vec<Vec<i64>> = connection.invoke_all_replies(script, &calls).await?;
+        let answers: Vec<i64> = answers.into_iter().flatten().collect();
         let mut lost = Vec::new();
         for ((entity, applied), answer) in written.into_iter().zip(answers) {
             if answer == 0 {
@@ -159,24 +181,19 @@ fn read_command(key: &str) -> Cmd {
     command
 }
 
-/// The script call writing an entity's positions and tiles if its version is still
-/// `version`.
-fn write_command(
-    script: &Script,
-    layout: &TileLayout,
-    key: &str,
-    (version, expiry_ms): (&[u8], i64),
-    (positions, tiles): (&AppliedPositions<Offset>, &[Tiles]),
-) -> Cmd {
+/// An entity's update: its hash, the version read, the positions and tiles to write.
+type Write<'a> = (&'a str, Vec<u8>, Vec<u8>, Vec<u8>);
+
+/// The script call writing the entities of `writes` whose version is still the one read.
+fn write_command(script: &Script, expiry_ms: i64, writes: &[Write<'_>]) -> Cmd {
     let mut call = redis::cmd("EVALSHA");
-    call.arg(script.get_hash())
-        .arg(1)
-        .arg(key)
-        .arg(version)
-        .arg(expiry_ms.max(0))
-        .arg(POSITIONS_FIELD)
-        .arg(encode_positions(positions))
-        .arg(TILES_FIELD)
-        .arg(layout.encode(tiles));
+    call.arg(script.get_hash()).arg(writes.len());
+    for (key, ..) in writes {
+        call.arg(*key);
+    }
+    call.arg(expiry_ms.max(0));
+    for (_, version, positions, tiles) in writes {
+        call.arg(version).arg(positions).arg(tiles);
+    }
     call
 }
