@@ -36,9 +36,13 @@ pub struct ProduceArgs {
     /// Index of the first event (to continue a series).
     #[arg(long, default_value_t = 0)]
     start: u64,
-    /// Event time of event 0 in epoch ms; default: now minus `count` ms.
+    /// Event time of event 0 in epoch ms; default: now minus `count` times the step.
     #[arg(long)]
     base_ms: Option<i64>,
+    /// Milliseconds between the event times of consecutive events (e.g. 259 spreads 10
+    /// million events over 30 days).
+    #[arg(long, default_value_t = 1)]
+    time_step_ms: i64,
     /// Producer batch size (messages per entry); 0 sends every event as its own entry.
     #[arg(long, default_value_t = 0)]
     batch: u32,
@@ -146,8 +150,10 @@ pub async fn produce(args: ProduceArgs) -> ExitCode {
         live_event_time: args.live_event_time,
         entities: args.entities,
         base_ms: args.base_ms.unwrap_or_else(|| {
-            chrono::Utc::now().timestamp_millis() - i64::try_from(count).unwrap_or(0)
+            chrono::Utc::now().timestamp_millis()
+                - i64::try_from(count).unwrap_or(0) * args.time_step_ms
         }),
+        time_step_ms: args.time_step_ms,
         keys: pipeline.entity_keys.clone(),
         event_time: pipeline.event_time.clone(),
     };

@@ -61,6 +61,8 @@ pub struct SampleSpec {
     pub entities: u64,
     /// Event time of event 0, epoch milliseconds.
     pub base_ms: i64,
+    /// Milliseconds between consecutive events' times.
+    pub time_step_ms: i64,
     /// Entity key fields (get the entity number).
     pub keys: Vec<String>,
     /// Event-time field.
@@ -83,7 +85,11 @@ impl SampleSpec {
         if self.live_event_time {
             chrono::Utc::now().timestamp_millis()
         } else {
-            self.base_ms + i64::try_from(i).unwrap_or(i64::MAX)
+            self.base_ms.saturating_add(
+                i64::try_from(i)
+                    .unwrap_or(i64::MAX)
+                    .saturating_mul(self.time_step_ms),
+            )
         }
     }
 }
@@ -341,6 +347,7 @@ mod tests {
         let spec = SampleSpec {
             entities: 10,
             base_ms: 1000,
+            time_step_ms: 1,
             keys: vec!["user_id".into()],
             event_time: "event_time".into(),
             distribution: KeyDistribution::RoundRobin,

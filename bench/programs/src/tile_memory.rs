@@ -38,6 +38,13 @@ struct Args {
     /// Over this many days, up to now.
     #[arg(long, default_value_t = 31)]
     days: i64,
+    /// Also write this many such entities, `{key_prefix}0` … (as the load generator names
+    /// them), and leave them for a serving benchmark.
+    #[arg(long, default_value_t = 0)]
+    write_entities: usize,
+    /// The entities' key prefix.
+    #[arg(long, default_value = "entity-")]
+    key_prefix: String,
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Windowed aggregations benchmark (bench/aggregations.py): ingest with and without them,
+# Redis memory per entity, reads of aggregated features. Writes the report to stdout and to
+# bench/results/aggregations-latest.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/services.sh start >/dev/null
+source .services/env
+cargo build --profile dist --quiet --workspace --features feature-connector/jemalloc --bin feature-connector \
+  --bin feature-connector-loadgen --bin serving_load --bin tile_memory
+PY=$(bash bench/peers/setup_venv.sh | tail -1)
+"$PY" bench/aggregations.py "$@" | tee bench/results/aggregations-latest.md
