@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/services.sh start >/dev/null
+# shellcheck disable=SC1091
 source .services/env
 cargo build --profile dist --quiet --workspace --features feature-connector/jemalloc --bin feature-connector \
   --bin feature-connector-loadgen
