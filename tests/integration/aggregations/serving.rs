@@ -152,3 +152,34 @@ async fn served_aggregates_equal_the_events_and_a_replay_counts_once() {
         "{loud:#?}"
     );
 }
+
+/// On a Redis Cluster each entity's tiles are one key, so one slot: updates (one per script
+/// call there) and reads are routed by it.
+#[tokio::test(flavor = "multi_thread")]
+async fn aggregates_on_a_redis_cluster_equal_the_events() {
+    let nodes = std::env::var("REDIS_CLUSTER_URLS").unwrap_or_else(|_| {
+        "redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003".into()
+    });
+    let project = Project::new(&nodes);
+    project.redis_extra("  mode: cluster");
+    write_orders_pipeline(&project, "offline:\n  enabled: false");
+    let now = now_ms();
+    let mut random = Random(31);
+    let users: Vec<String> = (0..12).map(|u| format!("user-{u}")).collect();
+    let orders: Vec<Order> = (0..300)
+        .map(|i| Order {
+            user: users[i % 12].clone(),
+            at: now - random.below(23 * HOUR),
+            amount: Some(random.below(10_000) as f64 / 100.0),
+            qty: random.below(9),
+            item: format!("item-{}", random.below(40)),
+        })
+        .collect();
+    publish_raw(&project.topic, orders.iter().map(payload).collect()).await;
+    let connector = project.start();
+    wait_drained(&project.topic, &["orders"], Duration::from_secs(60)).await;
+    assert_served(&project, &orders, &users).await;
+    let (code, log) = connector.stop_with_log();
+    assert_eq!(code, 0, "{log}");
+    assert_quiet("aggregating run on a cluster", &log);
+}
