@@ -7,7 +7,7 @@
 //! timestamp does not count at it, late events are dropped as online, and floats add up in
 //! the same order. Only active files whose partitions can hold events the windows cover
 //! are read, only the key, time and aggregated columns, and only the entity file's
-//! entities' rows are kept ([`scan`]). [`sql`] prints the same computation for DuckDB and
+//! entities' rows are kept (`scan.rs`). [`sql`] prints the same computation for DuckDB and
 //! Spark.
 
 mod output;

@@ -3,9 +3,11 @@
 //! filtered aggregate over the entity's events published by the row's timestamp whose
 //! event time its window covers there:
 //!
+//! ```text
 //!     publish_time <= t
 //!     AND event_time >= floor((t − window) / hop) · hop
 //!     AND event_time <  floor(t / hop) · hop + hop
+//! ```
 
 use arrow::datatypes::DataType;
 
