@@ -66,6 +66,9 @@ pub fn entity_events(
 
     let mut entities: Vec<EntityEvents> = Vec::new();
     let mut index: FxHashMap<String, usize> = FxHashMap::default();
+    // The key is written into one buffer per row; only a new entity's key is copied.
+    let key_start = layout.key_start();
+    let mut key = String::with_capacity(key_start.len() + 32);
     for row in 0..records.num_rows() {
         let Some(event_time) = event_time_millis(times, row) else {
             continue;
@@ -73,18 +76,24 @@ pub fn entity_events(
         if key_columns.iter().any(|c| c.is_null(row)) {
             continue;
         }
-        let key_values = key_formatters
-            .iter()
-            .map(|f| f.value(row).try_to_string())
-            .collect::<Result<Vec<_>, _>>()?;
-        let Some(position) = batch
+        key.clear();
+        key.push_str(&key_start);
+        for (i, formatter) in key_formatters.iter().enumerate() {
+            if i > 0 {
+                key.push(':');
+            }
+            formatter
+                .value(row)
+                .write(&mut key)
+                .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+        }
+        let Some((message, position)) = batch
             .row_positions
             .get(row)
             .and_then(|&m| batch.positions.get(m).map(|p| (m, p)))
         else {
             continue;
         };
-        let (message, position) = position;
         let publish_time = batch
             .publish_times_ms
             .get(message)
@@ -101,14 +110,17 @@ pub fn entity_events(
                 tie_break: u64::try_from(publish_time).unwrap_or(0),
             })
             .collect();
-        let key = layout.key(&key_values);
-        let slot = *index.entry(key.clone()).or_insert_with(|| {
-            entities.push(EntityEvents {
-                key,
-                messages: Vec::new(),
-            });
-            entities.len() - 1
-        });
+        let slot = match index.get(key.as_str()) {
+            Some(&slot) => slot,
+            None => {
+                index.insert(key.clone(), entities.len());
+                entities.push(EntityEvents {
+                    key: key.clone(),
+                    messages: Vec::new(),
+                });
+                entities.len() - 1
+            }
+        };
         entities[slot].messages.push(Message {
             stream: position.topic.clone(),
             offset: position.offset,

@@ -133,6 +133,11 @@ impl TileLayout {
         tiles_key(&self.prefix, &self.view, key_values)
     }
 
+    /// What every hash of tiles starts with: the key values follow, joined by `:`.
+    pub fn key_start(&self) -> String {
+        tiles_key(&self.prefix, &self.view, &[])
+    }
+
     /// How long an entity's tiles stay useful after an update: the longest reach of its
     /// aggregations (window plus hop) plus `future_skew_ms` (events may be stamped that far
     /// ahead).
