@@ -794,7 +794,7 @@ impl<Exe: Executor> ConnectionSender<Exe> {
         self.registrations
             .unbounded_send(Register::Request { key, resolver })
             .map_err(|e| {
-                warn!(
+                debug!(
                     "connection {} disconnected when sending the Request: {}",
                     self.connection_id, e
                 );
