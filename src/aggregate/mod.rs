@@ -24,6 +24,7 @@ mod config;
 mod function;
 mod point_in_time;
 mod replay;
+mod rows;
 mod tiles;
 mod window;
 
@@ -36,5 +37,6 @@ pub use config::{check_aggregations, Aggregation, AggregationConfig, Fields, MAX
 pub use function::{empty_output, Datum, Function, OrderKey, Output, State};
 pub use point_in_time::{value_at, values_at_times};
 pub use replay::{is_future, AppliedPositions, ReplayOutcome};
+pub use rows::{longest_hop_ms, longest_reach_ms, AggregatedColumns};
 pub use tiles::{AggregationSpec, Applied, Event, Tiles};
 pub use window::{duration_name, hop_for, tile_start, Window, WindowError, MAX_WINDOW_MS};

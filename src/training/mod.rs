@@ -21,7 +21,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::error::ArrowError;
 
-use crate::aggregate::{values_at_times, Aggregation, Output};
+use crate::aggregate::{longest_hop_ms, longest_reach_ms, values_at_times, Aggregation, Output};
 use crate::config::{PipelineConfig, DEFAULT_FUTURE_SKEW_MS};
 use crate::delta::read::FileReadError;
 use crate::delta::{PartitionTime, Table, TableError};
@@ -76,16 +76,8 @@ pub async fn training_set(
     let skew = pipeline
         .max_future_skew_ms
         .unwrap_or(DEFAULT_FUTURE_SKEW_MS);
-    let reach = aggregations
-        .iter()
-        .map(|a| a.spec.longest_reach_ms())
-        .max()
-        .unwrap_or(0);
-    let longest_hop = aggregations
-        .iter()
-        .flat_map(|a| a.spec.retention_by_hop().iter().map(|(hop, _)| *hop))
-        .max()
-        .unwrap_or(0);
+    let reach = longest_reach_ms(&aggregations);
+    let longest_hop = longest_hop_ms(&aggregations);
     let (first, last) = (
         spine.times.iter().copied().min().unwrap_or(0),
         spine.times.iter().copied().max().unwrap_or(0),

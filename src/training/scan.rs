@@ -11,7 +11,7 @@ use arrow::error::ArrowError;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::StreamExt;
 
-use crate::aggregate::{datums, Aggregation, Datum, Event};
+use crate::aggregate::{AggregatedColumns, Aggregation, Event};
 use crate::delta::read::{fold_file, partition_start_ms, FileReadError, RowsWanted};
 use crate::delta::{ops::partition_end_ms, ActiveFile, Table, PUBLISH_TIME_COLUMN};
 use crate::record::event_time_millis;
@@ -139,16 +139,7 @@ fn fold_events(
     let keys = key_formatters(batch, &plan.keys)?;
     let time = column(batch, &plan.event_time)?;
     let published = batch.column_by_name(PUBLISH_TIME_COLUMN);
-    let values = plan
-        .aggregations
-        .iter()
-        .map(|a| {
-            a.column
-                .as_deref()
-                .map(|c| datums(column(batch, c)?))
-                .transpose()
-        })
-        .collect::<Result<Vec<_>, ArrowError>>()?;
+    let values = AggregatedColumns::read(&plan.aggregations, |c| column(batch, c))?;
     for row in 0..batch.num_rows() {
         let Some(event_time) = event_time_millis(time, row) else {
             continue;
@@ -157,18 +148,7 @@ fn fold_events(
         let publish_time = published
             .and_then(|c| event_time_millis(c, row))
             .unwrap_or(event_time);
-        let row_events = values
-            .iter()
-            .map(|column| Event {
-                event_time,
-                publish_time,
-                value: match column {
-                    Some(values) => values.get(row).cloned().flatten(),
-                    None => Some(Datum::Bool(true)),
-                },
-                tie_break: u64::try_from(publish_time).unwrap_or(0),
-            })
-            .collect();
+        let row_events = values.events(row, event_time, publish_time);
         events
             .entry(key_of(&keys, row))
             .or_default()

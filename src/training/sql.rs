@@ -11,7 +11,7 @@
 
 use arrow::datatypes::DataType;
 
-use crate::aggregate::{Aggregation, Function};
+use crate::aggregate::{longest_hop_ms, longest_reach_ms, Aggregation, Function};
 use crate::delta::PUBLISH_TIME_COLUMN;
 
 /// Which engine the SQL is for.
@@ -81,16 +81,8 @@ pub fn training_sql(
     }
     let event_ms = millis(dialect, event_time, event_is_timestamp);
     let publish_ms = millis(dialect, PUBLISH_TIME_COLUMN, true);
-    let reach = aggregations
-        .iter()
-        .map(|a| a.spec.longest_reach_ms())
-        .max()
-        .unwrap_or(0);
-    let longest_hop = aggregations
-        .iter()
-        .flat_map(|a| a.spec.retention_by_hop().iter().map(|(hop, _)| *hop))
-        .max()
-        .unwrap_or(0);
+    let reach = longest_reach_ms(aggregations);
+    let longest_hop = longest_hop_ms(aggregations);
     let mut features = Vec::new();
     for aggregation in aggregations {
         for (window, name) in aggregation

@@ -9,7 +9,7 @@ use arrow::util::display::{ArrayFormatter, FormatOptions};
 use rustc_hash::FxHashMap;
 
 use super::layout::TileLayout;
-use crate::aggregate::{datums, Datum, Event};
+use crate::aggregate::{AggregatedColumns, Event};
 use crate::record::{event_time_millis, RowBatch, RowLayout};
 use crate::source::Offset;
 
@@ -58,11 +58,7 @@ pub fn entity_events(
         .collect::<Result<Vec<_>, _>>()?;
     let times = column(&rows.event_time)?;
     // Per aggregation its column's values; `None`: a count of events.
-    let values = layout
-        .aggregations()
-        .iter()
-        .map(|a| a.column.as_deref().map(|c| datums(column(c)?)).transpose())
-        .collect::<Result<Vec<_>, ArrowError>>()?;
+    let values = AggregatedColumns::read(layout.aggregations(), column)?;
 
     let mut entities: Vec<EntityEvents> = Vec::new();
     let mut index: FxHashMap<String, usize> = FxHashMap::default();
@@ -98,18 +94,7 @@ pub fn entity_events(
             .publish_times_ms
             .get(message)
             .map_or(0, |&ms| i64::try_from(ms).unwrap_or(i64::MAX));
-        let events = values
-            .iter()
-            .map(|column| Event {
-                event_time,
-                publish_time,
-                value: match column {
-                    Some(values) => values.get(row).cloned().flatten(),
-                    None => Some(Datum::Bool(true)),
-                },
-                tie_break: u64::try_from(publish_time).unwrap_or(0),
-            })
-            .collect();
+        let events = values.events(row, event_time, publish_time);
         let slot = match index.get(key.as_str()) {
             Some(&slot) => slot,
             None => {

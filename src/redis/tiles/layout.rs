@@ -14,8 +14,8 @@
 use arrow::datatypes::DataType;
 
 use crate::aggregate::{
-    decode_tiles, duration_name, encode_tiles, Aggregation, AppliedPositions, CodecError, Function,
-    Output, Tiles,
+    decode_tiles, duration_name, encode_tiles, longest_reach_ms, Aggregation, AppliedPositions,
+    CodecError, Function, Output, Tiles,
 };
 use crate::source::Offset;
 
@@ -142,13 +142,7 @@ impl TileLayout {
     /// aggregations (window plus hop) plus `future_skew_ms` (events may be stamped that far
     /// ahead).
     pub fn expiry_ms(&self, future_skew_ms: i64) -> i64 {
-        let reach = self
-            .aggregations
-            .iter()
-            .map(|a| a.spec.longest_reach_ms())
-            .max()
-            .unwrap_or(0);
-        reach.saturating_add(future_skew_ms)
+        longest_reach_ms(&self.aggregations).saturating_add(future_skew_ms)
     }
 
     /// Every aggregation's tiles from the tiles field of the hash `key` (`None`: not there).

@@ -1,0 +1,64 @@
+//! A batch's rows as the aggregations' events: one event per aggregation per row, each
+//! with its column's value. The online tiles and the training sets both read rows through
+//! here, so they agree on what an event is (a count's present value, the tie-break).
+
+use arrow::array::ArrayRef;
+use arrow::error::ArrowError;
+
+use super::column::datums;
+use super::config::Aggregation;
+use super::function::Datum;
+use super::tiles::Event;
+
+/// Per aggregation, its column's values in a batch (`None`: a count of events).
+pub struct AggregatedColumns(Vec<Option<Vec<Option<Datum>>>>);
+
+impl AggregatedColumns {
+    /// The columns `aggregations` read, found by name with `column`.
+    pub fn read<'a>(
+        aggregations: &[Aggregation],
+        column: impl Fn(&str) -> Result<&'a ArrayRef, ArrowError>,
+    ) -> Result<Self, ArrowError> {
+        aggregations
+            .iter()
+            .map(|a| a.column.as_deref().map(|c| datums(column(c)?)).transpose())
+            .collect::<Result<Vec<_>, _>>()
+            .map(AggregatedColumns)
+    }
+
+    /// Row `row`'s event for each aggregation; ties of event time in `last_k` are broken by
+    /// the publish time.
+    pub fn events(&self, row: usize, event_time: i64, publish_time: i64) -> Vec<Event> {
+        self.0
+            .iter()
+            .map(|column| Event {
+                event_time,
+                publish_time,
+                value: match column {
+                    Some(values) => values.get(row).cloned().flatten(),
+                    None => Some(Datum::Bool(true)),
+                },
+                tie_break: u64::try_from(publish_time).unwrap_or(0),
+            })
+            .collect()
+    }
+}
+
+/// How far back the windows of `aggregations` reach from a read: the longest window plus
+/// its hop.
+pub fn longest_reach_ms(aggregations: &[Aggregation]) -> i64 {
+    aggregations
+        .iter()
+        .map(|a| a.spec.longest_reach_ms())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The longest hop the windows of `aggregations` use.
+pub fn longest_hop_ms(aggregations: &[Aggregation]) -> i64 {
+    aggregations
+        .iter()
+        .flat_map(|a| a.spec.retention_by_hop().iter().map(|(hop, _)| *hop))
+        .max()
+        .unwrap_or(0)
+}
