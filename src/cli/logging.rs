@@ -4,39 +4,65 @@
 //! every normal start. That first attempt is logged at debug; real retries (#1 on) stay
 //! warnings.
 
+use tracing::Subscriber;
 use tracing_log::AsLog;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::Layer;
 
-/// The Delta kernel's snapshot builder logs every error it returns, and the sink asks it for
-/// the snapshot of a table that has no commit yet on each first start ("No files in log
-/// segment"), then creates the table. The error comes back to the caller, which decides what
-/// it means (and logs what an operator must act on), so the builder's own report of it is
-/// left out, whatever `RUST_LOG` says.
-const KERNEL_SNAPSHOT_REPORTS: &str = "buoyant_kernel::snapshot::builder=off";
+/// The Delta kernel reports every error it returns at ERROR before returning it
+/// (`#[instrument(err)]` on its listing, snapshot and replay functions): "No files in log
+/// segment" for the table a sink creates on its first start, a listing cut short by shutdown.
+/// The error comes back to the caller, which decides what it means and logs what an operator
+/// must act on, so the kernel's own ERROR events are left out, whatever `RUST_LOG` says; its
+/// warnings stay.
+fn is_kernel_error_report(metadata: &tracing::Metadata<'_>) -> bool {
+    metadata.is_event()
+        && *metadata.level() == tracing::Level::ERROR
+        && metadata.target().starts_with("buoyant_kernel")
+}
 
 /// Logs to stderr, filtered by `RUST_LOG` (default: `info`, pulsar-rs and the Delta kernel
 /// at `warn`: their info lines narrate each table read, which `audit` and a running audit
 /// make often); JSON lines when `FC_LOG_FORMAT=json`.
 pub fn init_logging() {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("info,pulsar=warn,buoyant_kernel=warn")
     });
-    if let Ok(directive) = KERNEL_SNAPSHOT_REPORTS.parse() {
-        filter = filter.add_directive(directive);
-    }
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+    let json = std::env::var("FC_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let installed =
+        tracing::subscriber::set_global_default(subscriber(filter, std::io::stderr, json, ansi));
     // The builder's own `init` would install a plain `LogTracer`; ours goes in its place.
-    let installed = if std::env::var("FC_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"))
-    {
-        tracing::subscriber::set_global_default(builder.json().finish())
-    } else {
-        tracing::subscriber::set_global_default(builder.finish())
-    };
     if installed.is_ok() && log::set_boxed_logger(Box::new(QuietFirstAttempt::default())).is_ok() {
         log::set_max_level(tracing::level_filters::LevelFilter::current().as_log());
     }
+}
+
+/// The subscriber `init_logging` installs, writing to `writer`.
+fn subscriber<W>(
+    filter: tracing_subscriber::EnvFilter,
+    writer: W,
+    json: bool,
+    ansi: bool,
+) -> impl Subscriber + Send + Sync
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let lines = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(writer);
+    let lines = if json {
+        lines.json().boxed()
+    } else {
+        lines.boxed()
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::filter::filter_fn(|metadata| {
+            !is_kernel_error_report(metadata)
+        }))
+        .with(lines)
 }
 
 /// The `log` → `tracing` bridge with pulsar-rs's first-attempt messages lowered to debug.
@@ -113,11 +139,12 @@ mod tests {
     fn printed(filter: &str) -> String {
         let captured = Captured::default();
         let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
+        let subscriber = subscriber(
+            tracing_subscriber::EnvFilter::new(filter),
+            move || writer.clone(),
+            false,
+            false,
+        );
         let bridge = QuietFirstAttempt::default();
         tracing::subscriber::with_default(subscriber, || {
             for attempt in [0, 1, 10] {
@@ -131,6 +158,8 @@ mod tests {
                         .build(),
                 );
             }
+            tracing::error!(target: "buoyant_kernel::log_segment_files", "listing cut short");
+            tracing::warn!(target: "buoyant_kernel::crc::reader", "crc file unreadable");
             bridge.log(
                 &log::Record::builder()
                     .args(format_args!("connection error, not retryable"))
@@ -144,7 +173,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_attempt_is_debug_and_real_retries_stay_warnings() {
+    fn first_attempts_are_debug_kernel_error_reports_left_out_warnings_kept() {
         let default = printed("info,pulsar=warn");
         assert!(!default.contains("Retry #0"), "{default}");
         assert!(
@@ -156,6 +185,11 @@ mod tests {
             "{default}"
         );
         assert!(default.contains("ERROR pulsar::connection"), "{default}");
+        assert!(!default.contains("listing cut short"), "{default}");
+        assert!(
+            default.contains("WARN buoyant_kernel::crc::reader: crc file unreadable"),
+            "{default}"
+        );
 
         let debug = printed("debug");
         assert!(
