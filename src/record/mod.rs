@@ -1,5 +1,6 @@
 //! Decoded rows as they travel to the sinks: an Arrow batch plus the messages behind it.
 
+mod key_text;
 mod sample;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
@@ -10,6 +11,7 @@ use arrow::datatypes::{
 
 use crate::source::MessagePosition;
 
+pub use key_text::KeyText;
 pub use sample::{entity_hash, KeyHasher, SampleRate};
 
 /// One processing batch handed to a sink.

@@ -17,7 +17,7 @@ use super::entity_write::{EntityWrite, EntityWrites};
 use super::feast::FeastLayout;
 use super::newest::{column, newest_per_entity};
 use super::ties::{RowTies, TIE_FIELD};
-use crate::record::RowLayout;
+use crate::record::{KeyText, RowLayout};
 
 /// Hash field of the native layout holding the event time (epoch milliseconds).
 pub const EVENT_TIME_FIELD: &str = "_ts";
@@ -132,33 +132,28 @@ impl NativeLayout {
         out: &mut dyn EntityWrites,
     ) -> Result<(), ArrowError> {
         let options = FormatOptions::default().with_null("");
-        let key_columns = self
-            .layout
-            .keys
-            .iter()
-            .map(|k| column(rows, k))
-            .collect::<Result<Vec<_>, _>>()?;
-        let key_formatters = key_columns
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-            .collect::<Result<Vec<_>, _>>()?;
+        let keys = KeyText::new(
+            self.layout
+                .keys
+                .iter()
+                .map(|k| column(rows, k))
+                .collect::<Result<Vec<_>, _>>()?,
+        )?;
         // Text is formatted into these two buffers and copied from there: no allocation per
         // row or value beyond the entity key itself.
         let mut text = String::new();
         let mut format_error = None;
         let newest = newest_per_entity(rows, &self.layout, ties, |row| {
-            if key_columns.iter().any(|c| c.is_null(row)) {
+            if keys.has_null(row) {
                 return None;
             }
             text.clear();
             text.push_str(&self.prefix);
             text.push(':');
             text.push_str(&self.view);
-            for formatter in &key_formatters {
-                text.push(':');
-                if let Err(e) = formatter.value(row).write(&mut text) {
-                    format_error.get_or_insert(e);
-                }
+            text.push(':');
+            if let Err(e) = keys.append(row, ":", &mut text) {
+                format_error.get_or_insert(e);
             }
             Some(text.as_bytes().to_vec())
         })?;

@@ -3,14 +3,12 @@
 
 use std::sync::Arc;
 
-use arrow::array::Array;
 use arrow::error::ArrowError;
-use arrow::util::display::{ArrayFormatter, FormatOptions};
 use rustc_hash::FxHashMap;
 
 use super::layout::TileLayout;
 use crate::aggregate::{AggregatedColumns, Event};
-use crate::record::{event_time_millis, RowBatch, RowLayout};
+use crate::record::{event_time_millis, KeyText, RowBatch, RowLayout};
 use crate::source::Offset;
 
 /// One message of an entity: where it is in its stream, and its event for each aggregation.
@@ -46,16 +44,12 @@ pub fn entity_events(
             .column_by_name(name)
             .ok_or_else(|| ArrowError::SchemaError(format!("row batch lacks `{name}`")))
     };
-    let options = FormatOptions::default();
-    let key_columns = rows
-        .keys
-        .iter()
-        .map(|k| column(k))
-        .collect::<Result<Vec<_>, _>>()?;
-    let key_formatters = key_columns
-        .iter()
-        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-        .collect::<Result<Vec<_>, _>>()?;
+    let keys = KeyText::new(
+        rows.keys
+            .iter()
+            .map(|k| column(k))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
     let times = column(&rows.event_time)?;
     // Per aggregation its column's values; `None`: a count of events.
     let values = AggregatedColumns::read(layout.aggregations(), column)?;
@@ -69,20 +63,12 @@ pub fn entity_events(
         let Some(event_time) = event_time_millis(times, row) else {
             continue;
         };
-        if key_columns.iter().any(|c| c.is_null(row)) {
+        if keys.has_null(row) {
             continue;
         }
         key.clear();
         key.push_str(&key_start);
-        for (i, formatter) in key_formatters.iter().enumerate() {
-            if i > 0 {
-                key.push(':');
-            }
-            formatter
-                .value(row)
-                .write(&mut key)
-                .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
-        }
+        keys.append(row, ":", &mut key)?;
         let Some((message, position)) = batch
             .row_positions
             .get(row)
