@@ -1,9 +1,9 @@
 //! An aggregated column of decoded rows as the functions see it: each row's value as a
 //! [`Datum`], or `None` when null.
 
-use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, StringArray};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Float64Type, Int64Type};
+use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 
 use super::function::Datum;
@@ -42,36 +42,57 @@ impl Kind {
     }
 }
 
+/// An aggregated column cast to the type its kind is read as; each row's value as a
+/// [`Datum`] on demand, so a batch's values are not copied before they are needed.
+#[derive(Debug, Clone)]
+pub enum ColumnValues {
+    /// Integers, as `i64`.
+    Int(Int64Array),
+    /// Floating point, as `f64`.
+    Float(Float64Array),
+    /// Strings.
+    Text(StringArray),
+    /// Booleans.
+    Bool(BooleanArray),
+}
+
+impl ColumnValues {
+    /// `column` read as its kind; an error for a type no aggregation takes.
+    pub fn of(column: &ArrayRef) -> Result<ColumnValues, ArrowError> {
+        Ok(match Kind::of(column.data_type()) {
+            Kind::Int => ColumnValues::Int(cast(column, &DataType::Int64)?.as_primitive().clone()),
+            Kind::Float => {
+                ColumnValues::Float(cast(column, &DataType::Float64)?.as_primitive().clone())
+            }
+            Kind::Text => ColumnValues::Text(cast(column, &DataType::Utf8)?.as_string().clone()),
+            Kind::Bool => ColumnValues::Bool(column.as_boolean().clone()),
+            Kind::Other => {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "no aggregation takes a column of type {}",
+                    column.data_type()
+                )))
+            }
+        })
+    }
+
+    /// Row `row`'s value (`None` for a null or a row past the end).
+    pub fn datum(&self, row: usize) -> Option<Datum> {
+        fn present<A: Array>(values: &A, row: usize) -> bool {
+            row < values.len() && values.is_valid(row)
+        }
+        match self {
+            ColumnValues::Int(v) => present(v, row).then(|| Datum::Int(v.value(row))),
+            ColumnValues::Float(v) => present(v, row).then(|| Datum::Float(v.value(row))),
+            ColumnValues::Text(v) => present(v, row).then(|| Datum::Text(v.value(row).to_string())),
+            ColumnValues::Bool(v) => present(v, row).then(|| Datum::Bool(v.value(row))),
+        }
+    }
+}
+
 /// Every row's value of `column` (`None` for a null), as the functions take them.
 pub fn datums(column: &ArrayRef) -> Result<Vec<Option<Datum>>, ArrowError> {
-    Ok(match Kind::of(column.data_type()) {
-        Kind::Int => cast(column, &DataType::Int64)?
-            .as_primitive::<Int64Type>()
-            .iter()
-            .map(|v| v.map(Datum::Int))
-            .collect(),
-        Kind::Float => cast(column, &DataType::Float64)?
-            .as_primitive::<Float64Type>()
-            .iter()
-            .map(|v| v.map(Datum::Float))
-            .collect(),
-        Kind::Text => cast(column, &DataType::Utf8)?
-            .as_string::<i32>()
-            .iter()
-            .map(|v| v.map(|s| Datum::Text(s.to_string())))
-            .collect(),
-        Kind::Bool => column
-            .as_boolean()
-            .iter()
-            .map(|v| v.map(Datum::Bool))
-            .collect(),
-        Kind::Other => {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "no aggregation takes a column of type {}",
-                column.data_type()
-            )))
-        }
-    })
+    let values = ColumnValues::of(column)?;
+    Ok((0..column.len()).map(|row| values.datum(row)).collect())
 }
 
 #[cfg(test)]

@@ -33,38 +33,32 @@ pub fn value_at<'a>(
     }
 }
 
-/// The values of every window of `aggregations` at each of `times`, for one entity's
-/// `events` (in any order; each message gives one event per aggregation, with that
-/// aggregation's column value): the rows of a training set. The events go through the same
-/// tiles the online store keeps, in publish order, up to each time, so the values are
-/// those `value_at` defines, computed with the online store's arithmetic. Returns one row
-/// per time, in the order of `times`, each holding the windows of each aggregation in turn.
+/// The values of every window of `aggregation` at each of `times`, for one entity's
+/// `events` in publish order (each with the aggregation's column value). The events go
+/// through the same tiles the online store keeps, in that order, up to each time, so the
+/// values are those `value_at` defines, computed with the online store's arithmetic.
+/// Returns one row per time, in the order of `times`, holding the windows in turn.
 pub fn values_at_times(
-    aggregations: &[AggregationSpec],
-    events: &mut [Vec<Event>],
+    aggregation: &AggregationSpec,
+    events: &[Event],
     times: &[i64],
 ) -> Vec<Vec<Output>> {
-    events.sort_by_key(|e| e.first().map(|e| (e.publish_time, e.tie_break)));
+    let mut events = events.iter().peekable();
     let mut order: Vec<usize> = (0..times.len()).collect();
     order.sort_by_key(|&i| times[i]);
-    let mut tiles = vec![Tiles::default(); aggregations.len()];
+    let mut tiles = Tiles::default();
     let mut rows = vec![Vec::new(); times.len()];
-    let mut next = 0;
     for i in order {
         let t = times[i];
-        while let Some(message) = events
-            .get(next)
-            .filter(|m| m.first().is_none_or(|e| e.publish_time <= t))
-        {
-            for ((spec, tiles), event) in aggregations.iter().zip(tiles.iter_mut()).zip(message) {
-                tiles.apply(spec, event);
-            }
-            next += 1;
+        while let Some(event) = events.next_if(|e| e.publish_time <= t) {
+            tiles.apply(aggregation, event);
         }
-        for (spec, tiles) in aggregations.iter().zip(tiles.iter_mut()) {
-            tiles.evict(spec, t);
-            rows[i].extend(spec.windows().iter().map(|w| tiles.read(spec, w, t)));
-        }
+        tiles.evict(aggregation, t);
+        rows[i] = aggregation
+            .windows()
+            .iter()
+            .map(|w| tiles.read(aggregation, w, t))
+            .collect();
     }
     rows
 }

@@ -217,15 +217,23 @@ fn training_rows_are_the_point_in_time_values_at_each_time() {
         })
         .collect();
     all.reverse();
-    let mut messages: Vec<Vec<Event>> = all
+    all.sort_by_key(|e| e.publish_time);
+    let per_aggregation: Vec<Vec<Vec<Output>>> = aggregations
         .iter()
-        .map(|e| {
-            (0..aggregations.len())
-                .map(|spec| column_of(spec, e))
+        .enumerate()
+        .map(|(index, spec)| {
+            let events: Vec<Event> = all.iter().map(|e| column_of(index, e)).collect();
+            values_at_times(spec, &events, &times)
+        })
+        .collect();
+    let rows: Vec<Vec<Output>> = (0..times.len())
+        .map(|row| {
+            per_aggregation
+                .iter()
+                .flat_map(|values| values[row].clone())
                 .collect()
         })
         .collect();
-    let rows = values_at_times(&aggregations, &mut messages, &times);
     assert_eq!(rows.len(), times.len());
     for (row, (want, t)) in rows.iter().zip(expected.iter().zip(&times)) {
         assert_eq!(row.len(), 9);

@@ -118,11 +118,18 @@ impl Tiles {
         let Some(state) = State::of(spec.function(), event.value.as_ref(), order) else {
             return Applied::Skipped;
         };
-        for &(hop, _) in spec.retention_by_hop().iter().filter(in_time) {
+        let mut hops = spec.retention_by_hop().iter().filter(in_time).peekable();
+        while let Some(&(hop, _)) = hops.next() {
             let tiles = self.by_hop.entry(hop).or_default();
             match tiles.entry(tile_start(event.event_time, hop)) {
                 std::collections::btree_map::Entry::Occupied(mut tile) => {
                     tile.get_mut().merge(spec.function(), &state)
+                }
+                // The last hop takes the state itself: a `last_k` state holds a copy of a
+                // text value, made once per hop and no more.
+                std::collections::btree_map::Entry::Vacant(tile) if hops.peek().is_none() => {
+                    tile.insert(state);
+                    break;
                 }
                 std::collections::btree_map::Entry::Vacant(tile) => {
                     tile.insert(state.clone());

@@ -10,25 +10,26 @@
 //! entities' rows are kept (`scan.rs`). [`sql`] prints the same computation for DuckDB and
 //! Spark.
 
+mod compute;
 mod output;
 mod scan;
 pub mod spine;
 pub mod sql;
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::error::ArrowError;
 
-use crate::aggregate::{longest_hop_ms, longest_reach_ms, values_at_times, Aggregation, Output};
+use crate::aggregate::{longest_hop_ms, longest_reach_ms, Aggregation, Output};
 use crate::config::{PipelineConfig, DEFAULT_FUTURE_SKEW_MS};
 use crate::delta::read::FileReadError;
 use crate::delta::{PartitionTime, Table, TableError};
 
+use compute::compute;
 pub use output::write_parquet;
 pub use scan::ScanCount;
-use scan::{scan_events, EntityKey, ScanPlan};
+use scan::{scan_events, EntityIndex, EventRows, ScanPlan};
 use spine::Spine;
 
 /// Why a training set could not be made.
@@ -63,83 +64,140 @@ pub struct TrainingSet {
     pub events: usize,
 }
 
+/// Where a pipeline's aggregations find their events in its table.
+#[derive(Debug, Clone)]
+pub struct EventSource {
+    /// Join key columns.
+    pub keys: Vec<String>,
+    /// Event-time column.
+    pub event_time: String,
+    /// The aggregations, in the pipeline's order.
+    pub aggregations: Vec<Aggregation>,
+    /// How far ahead of its publish time an event may be stamped.
+    pub max_future_skew_ms: i64,
+    /// `true` when the table is partitioned by ingest time, not event time.
+    pub partitioned_by_ingest: bool,
+}
+
+impl EventSource {
+    /// `pipeline`'s; `None` when it declares no aggregations.
+    pub fn of(pipeline: &PipelineConfig) -> Option<EventSource> {
+        if pipeline.aggregations.is_empty() {
+            return None;
+        }
+        Some(EventSource {
+            keys: pipeline.entity_keys.clone(),
+            event_time: pipeline.event_time.clone(),
+            aggregations: pipeline.aggregations.clone(),
+            max_future_skew_ms: pipeline
+                .max_future_skew_ms
+                .unwrap_or(DEFAULT_FUTURE_SKEW_MS),
+            partitioned_by_ingest: pipeline
+                .sinks
+                .offline
+                .as_ref()
+                .is_some_and(|o| o.partition_by == PartitionTime::IngestTime),
+        })
+    }
+}
+
+/// Aggregated values point in time and what computing them read.
+pub struct PointInTime {
+    /// Per (entity, time) pair asked, per aggregation, its windows' values.
+    pub values: Vec<Vec<Vec<Output>>>,
+    /// Files and rows read.
+    pub read: ScanCount,
+    /// Distinct entities asked.
+    pub entities: usize,
+    /// Table rows of those entities in the time range read.
+    pub events: usize,
+}
+
 /// The training set of `pipeline`'s aggregations for `spine`, from `table`.
 pub async fn training_set(
     table: &Table,
     pipeline: &PipelineConfig,
     spine: Spine,
 ) -> Result<TrainingSet, TrainingError> {
-    let aggregations = pipeline.aggregations.clone();
-    if aggregations.is_empty() {
-        return Err(TrainingError::NoAggregations(pipeline.name.clone()));
-    }
-    let skew = pipeline
-        .max_future_skew_ms
-        .unwrap_or(DEFAULT_FUTURE_SKEW_MS);
+    let source = EventSource::of(pipeline)
+        .ok_or_else(|| TrainingError::NoAggregations(pipeline.name.clone()))?;
+    let point_in_time = values_at(table, &source, &spine.keys, &spine.times).await?;
+    let rows = features_of(&source.aggregations, &spine, point_in_time.values)?;
+    Ok(TrainingSet {
+        rows,
+        read: point_in_time.read,
+        entities: point_in_time.entities,
+        events: point_in_time.events,
+    })
+}
+
+/// Every aggregated value of `source` for each entity of `keys` (key values as text joined
+/// by [`spine::KEY_SEPARATOR`]) at the time beside it in `times`, as the online store
+/// served it then, from `table`.
+pub async fn values_at(
+    table: &Table,
+    source: &EventSource,
+    keys: &[String],
+    times: &[i64],
+) -> Result<PointInTime, TrainingError> {
+    let aggregations = source.aggregations.clone();
+    let skew = source.max_future_skew_ms;
     let reach = longest_reach_ms(&aggregations);
     let longest_hop = longest_hop_ms(&aggregations);
     let (first, last) = (
-        spine.times.iter().copied().min().unwrap_or(0),
-        spine.times.iter().copied().max().unwrap_or(0),
+        times.iter().copied().min().unwrap_or(0),
+        times.iter().copied().max().unwrap_or(0),
     );
     // A window read at t covers event times from t − window − hop, up to the end of t's
     // tile; events published by t are stamped at most `skew` after it.
     let from = first.saturating_sub(reach);
     let until = last.saturating_add(longest_hop.min(skew)).saturating_add(1);
-    let by_ingest = pipeline
-        .sinks
-        .offline
-        .as_ref()
-        .is_some_and(|o| o.partition_by == PartitionTime::IngestTime);
-    let entities: HashSet<EntityKey> = spine.keys.iter().cloned().collect();
+    let (entities, entity_of_row) = EntityIndex::of(keys);
     let plan = Arc::new(ScanPlan {
-        keys: pipeline.entity_keys.clone(),
-        event_time: pipeline.event_time.clone(),
+        keys: source.keys.clone(),
+        event_time: source.event_time.clone(),
         aggregations: aggregations.clone(),
         entities,
         event_times: (from, until),
-        ingested_after: by_ingest.then(|| from.saturating_sub(skew)),
+        ingested_after: source
+            .partitioned_by_ingest
+            .then(|| from.saturating_sub(skew)),
     });
     let files = table.active_files().await?;
     let (events, read) = scan_events(table, files, plan.clone()).await?;
-    let event_count = events.values().map(Vec::len).sum();
+    let event_count = events.iter().map(EventRows::len).sum();
     let entities = plan.entities.len();
-    let rows = tokio::task::spawn_blocking(move || compute(&aggregations, spine, events)).await??;
-    Ok(TrainingSet {
-        rows,
+    let times = times.to_vec();
+    let values = tokio::task::spawn_blocking(move || {
+        compute(&aggregations, &times, &entity_of_row, entities, events)
+    })
+    .await??;
+    Ok(PointInTime {
+        values,
         read,
         entities,
         events: event_count,
     })
 }
 
-/// Every spine row's features from its entity's events.
-fn compute(
+/// The spine's columns followed by one column per aggregated feature.
+fn features_of(
     aggregations: &[Aggregation],
-    spine: Spine,
-    mut events: HashMap<EntityKey, Vec<Vec<crate::aggregate::Event>>>,
+    spine: &Spine,
+    values: Vec<Vec<Vec<Output>>>,
 ) -> Result<RecordBatch, ArrowError> {
-    let specs: Vec<_> = aggregations.iter().map(|a| a.spec.clone()).collect();
-    let mut rows_of: HashMap<&EntityKey, Vec<usize>> = HashMap::new();
-    for (row, key) in spine.keys.iter().enumerate() {
-        rows_of.entry(key).or_default().push(row);
-    }
-    let mut values: Vec<Vec<Output>> = vec![Vec::new(); spine.times.len()];
-    for (key, rows) in rows_of {
-        let times: Vec<i64> = rows.iter().map(|&r| spine.times[r]).collect();
-        let mut mine = events.remove(key).unwrap_or_default();
-        for (row, outputs) in rows.iter().zip(values_at_times(&specs, &mut mine, &times)) {
-            values[*row] = outputs;
-        }
-    }
     let mut columns = Vec::new();
-    let mut index = 0;
-    for aggregation in aggregations {
+    for (index, aggregation) in aggregations.iter().enumerate() {
         let data_type = aggregation.output_type();
-        for name in aggregation.feature_names() {
-            let column: Vec<&Output> = values.iter().map(|row| &row[index]).collect();
+        for (window, name) in aggregation.feature_names().into_iter().enumerate() {
+            let column = values
+                .iter()
+                .map(|row| row.get(index).and_then(|windows| windows.get(window)))
+                .collect::<Option<Vec<&Output>>>()
+                .ok_or_else(|| {
+                    ArrowError::ComputeError(format!("a row has no value of `{name}`"))
+                })?;
             columns.push((name, output::feature_column(&data_type, &column)?));
-            index += 1;
         }
     }
     output::with_features(&spine.rows, columns)

@@ -1,29 +1,54 @@
 //! The table's events that a training set needs: the active files whose partitions can
 //! hold events the windows cover at the spine's times, only the key, time and aggregated
-//! columns, and only the rows of the spine's entities in that time range; per entity, one
-//! event per aggregation per row.
+//! columns, and only the rows of the spine's entities in that time range, each tagged with
+//! its entity's number.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanBuilder, RecordBatch};
+use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use arrow::error::ArrowError;
-use arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::StreamExt;
+use rustc_hash::FxHashMap;
 
+use super::spine::KEY_SEPARATOR;
 use crate::aggregate::{AggregatedColumns, Aggregation, Event};
-use crate::delta::read::{fold_file, partition_start_ms, FileReadError, RowsWanted};
+use crate::delta::read::{fold_file, partition_start_ms, FileReadError};
 use crate::delta::{ops::partition_end_ms, ActiveFile, Table, PUBLISH_TIME_COLUMN};
-use crate::record::event_time_millis;
+use crate::record::{event_time_millis, KeyText};
 
 /// Files read at once.
 const FILES_AT_ONCE: usize = 4;
 
-/// An entity's join key values as text.
-pub type EntityKey = Vec<String>;
+/// The spine's entities, numbered from 0 in order of first appearance.
+#[derive(Debug, Default)]
+pub struct EntityIndex {
+    numbers: FxHashMap<String, u32>,
+}
 
-/// Per entity, its rows as events: one per aggregation per row.
-pub type EntityEvents = HashMap<EntityKey, Vec<Vec<Event>>>;
+impl EntityIndex {
+    /// The entities of `keys` (key text as [`Spine`](super::spine::Spine) joins it), and
+    /// each key's entity number.
+    pub fn of(keys: &[String]) -> (EntityIndex, Vec<u32>) {
+        let mut index = EntityIndex::default();
+        let numbers = keys
+            .iter()
+            .map(|key| {
+                let next = u32::try_from(index.numbers.len()).unwrap_or(u32::MAX);
+                *index.numbers.entry(key.clone()).or_insert(next)
+            })
+            .collect();
+        (index, numbers)
+    }
+
+    /// How many entities.
+    pub fn len(&self) -> usize {
+        self.numbers.len()
+    }
+
+    fn number(&self, key: &str) -> Option<u32> {
+        self.numbers.get(key).copied()
+    }
+}
 
 /// What the scan needs to know of the pipeline and the spine.
 pub struct ScanPlan {
@@ -34,7 +59,7 @@ pub struct ScanPlan {
     /// The aggregations, in the pipeline's order.
     pub aggregations: Vec<Aggregation>,
     /// The spine's entities.
-    pub entities: HashSet<EntityKey>,
+    pub entities: EntityIndex,
     /// Event times worth reading: `[from, until)`.
     pub event_times: (i64, i64),
     /// Files whose partition (by ingest time, not event time) ended before this hold no
@@ -49,8 +74,77 @@ pub struct ScanCount {
     pub files_read: usize,
     /// Active files left out by their partition.
     pub files_skipped: usize,
-    /// Rows the reads decoded (after the key and time filter).
+    /// Rows the reads decoded.
     pub rows_read: u64,
+}
+
+/// The wanted rows of one record batch, as compact as the file had them: per row its
+/// entity's number and times, and the aggregated columns of those rows only.
+pub struct EventRows {
+    /// Per row, its entity's number in the plan's [`EntityIndex`].
+    pub entity: Vec<u32>,
+    /// Per row, its publish time (its event time for rows written before the table kept
+    /// publish times), in ms.
+    pub publish_time: Vec<i64>,
+    event_time: Vec<i64>,
+    /// Per aggregation, its column's values of these rows (`None`: a count).
+    columns: Vec<Option<ArrayRef>>,
+    values: AggregatedColumns,
+}
+
+impl EventRows {
+    /// How many rows.
+    pub fn len(&self) -> usize {
+        self.entity.len()
+    }
+
+    /// `true` when it holds no row.
+    pub fn is_empty(&self) -> bool {
+        self.entity.is_empty()
+    }
+
+    /// The rows of `parts` in the order `order` lists them (part, row), as one: an
+    /// entity's events side by side, so that replaying them reads memory in order.
+    pub fn gather(parts: &[EventRows], order: &[(usize, usize)]) -> Result<EventRows, ArrowError> {
+        let pick = |of: fn(&EventRows) -> &Vec<i64>| -> Vec<i64> {
+            order
+                .iter()
+                .map(|&(part, row)| of(&parts[part])[row])
+                .collect()
+        };
+        let aggregations = parts.first().map_or(0, |p| p.columns.len());
+        let columns = (0..aggregations)
+            .map(|index| {
+                let arrays: Option<Vec<&dyn Array>> = parts
+                    .iter()
+                    .map(|p| p.columns.get(index)?.as_deref())
+                    .collect();
+                arrays
+                    .map(|arrays| arrow::compute::interleave(&arrays, order))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, ArrowError>>()?;
+        Ok(EventRows {
+            entity: order
+                .iter()
+                .map(|&(part, row)| parts[part].entity[row])
+                .collect(),
+            publish_time: pick(|p| &p.publish_time),
+            event_time: pick(|p| &p.event_time),
+            values: AggregatedColumns::of_arrays(&columns)?,
+            columns,
+        })
+    }
+
+    /// Row `row`'s event for the aggregation at `aggregation`.
+    pub fn event(&self, aggregation: usize, row: usize) -> Event {
+        self.values.event(
+            aggregation,
+            row,
+            self.event_time[row],
+            self.publish_time[row],
+        )
+    }
 }
 
 /// Reads the events `plan` asks for from `files` of `table`.
@@ -58,7 +152,7 @@ pub async fn scan_events(
     table: &Table,
     files: Vec<ActiveFile>,
     plan: Arc<ScanPlan>,
-) -> Result<(EntityEvents, ScanCount), FileReadError> {
+) -> Result<(Vec<EventRows>, ScanCount), FileReadError> {
     let (from, until) = plan.event_times;
     let (wanted, skipped): (Vec<ActiveFile>, Vec<ActiveFile>) =
         files
@@ -85,105 +179,93 @@ pub async fn scan_events(
             }
         }
     }
+    // No row filter: the keys decide which rows are wanted, and a filter would decode them
+    // twice; the other columns are few and cheap next to the key text.
     let mut reads = futures::stream::iter(wanted)
         .map(|file| {
-            let (plan, judge) = (plan.clone(), plan.clone());
-            let mut judged = plan.keys.clone();
-            judged.push(plan.event_time.clone());
+            let plan = plan.clone();
             fold_file(
                 table.store().clone(),
                 file.path,
                 columns.clone(),
-                Some(RowsWanted {
-                    columns: judged,
-                    keep: Box::new(move |batch| wanted_rows(batch, &judge)),
-                }),
-                EntityEvents::new(),
-                move |batch, events| fold_events(batch, &plan, events),
+                None,
+                Vec::new(),
+                move |batch, rows: &mut Vec<EventRows>| {
+                    let wanted = wanted_rows(batch, &plan)?;
+                    if !wanted.is_empty() {
+                        rows.push(wanted);
+                    }
+                    Ok(())
+                },
             )
         })
         .buffer_unordered(FILES_AT_ONCE);
-    let mut all = EntityEvents::new();
+    let mut all = Vec::new();
     while let Some(read) = reads.next().await {
-        let (events, rows) = read?;
-        count.rows_read += rows;
-        for (key, mut rows) in events {
-            all.entry(key).or_default().append(&mut rows);
-        }
+        let (mut rows, read) = read?;
+        count.rows_read += read;
+        all.append(&mut rows);
     }
     Ok((all, count))
 }
 
-/// The rows of a spine entity with an event time in the plan's range.
-fn wanted_rows(
-    batch: &RecordBatch,
-    plan: &ScanPlan,
-) -> Result<arrow::array::BooleanArray, ArrowError> {
-    let keys = key_formatters(batch, &plan.keys)?;
-    let time = column(batch, &plan.event_time)?;
-    let (from, until) = plan.event_times;
-    let mut keep = BooleanBuilder::with_capacity(batch.num_rows());
-    for row in 0..batch.num_rows() {
-        let in_range = event_time_millis(time, row).is_some_and(|at| (from..until).contains(&at));
-        keep.append_value(in_range && plan.entities.contains(&key_of(&keys, row)));
-    }
-    Ok(keep.finish())
-}
-
-/// Folds a batch of wanted rows into per-entity events.
-fn fold_events(
-    batch: &RecordBatch,
-    plan: &ScanPlan,
-    events: &mut EntityEvents,
-) -> Result<(), ArrowError> {
-    let keys = key_formatters(batch, &plan.keys)?;
+/// The rows of `batch` of a spine entity with an event time in the plan's range.
+fn wanted_rows(batch: &RecordBatch, plan: &ScanPlan) -> Result<EventRows, ArrowError> {
+    let keys = KeyText::new(
+        plan.keys
+            .iter()
+            .map(|k| column(batch, k))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
     let time = column(batch, &plan.event_time)?;
     let published = batch.column_by_name(PUBLISH_TIME_COLUMN);
-    let values = AggregatedColumns::read(&plan.aggregations, |c| column(batch, c))?;
+    let (from, until) = plan.event_times;
+    let mut kept = Vec::new();
+    let (mut entity, mut event_time, mut publish_time) = (Vec::new(), Vec::new(), Vec::new());
+    let mut key = String::new();
     for row in 0..batch.num_rows() {
-        let Some(event_time) = event_time_millis(time, row) else {
+        let Some(at) = event_time_millis(time, row).filter(|at| (from..until).contains(at)) else {
             continue;
         };
-        // Rows written before the table kept publish times count from their event time.
-        let publish_time = published
-            .and_then(|c| event_time_millis(c, row))
-            .unwrap_or(event_time);
-        let row_events = values.events(row, event_time, publish_time);
-        events
-            .entry(key_of(&keys, row))
-            .or_default()
-            .push(row_events);
+        if keys.has_null(row) {
+            continue;
+        }
+        key.clear();
+        keys.append(row, KEY_SEPARATOR, &mut key)?;
+        let Some(number) = plan.entities.number(&key) else {
+            continue;
+        };
+        kept.push(u32::try_from(row).unwrap_or(u32::MAX));
+        entity.push(number);
+        event_time.push(at);
+        publish_time.push(
+            published
+                .and_then(|c| event_time_millis(c, row))
+                .unwrap_or(at),
+        );
     }
-    Ok(())
+    let kept = UInt32Array::from(kept);
+    let columns = plan
+        .aggregations
+        .iter()
+        .map(|a| {
+            a.column
+                .as_deref()
+                .map(|name| arrow::compute::take(column(batch, name)?, &kept, None))
+                .transpose()
+        })
+        .collect::<Result<Vec<_>, ArrowError>>()?;
+    Ok(EventRows {
+        entity,
+        publish_time,
+        event_time,
+        values: AggregatedColumns::of_arrays(&columns)?,
+        columns,
+    })
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, ArrowError> {
     batch
         .column_by_name(name)
         .ok_or_else(|| ArrowError::SchemaError(format!("the table has no column `{name}`")))
-}
-
-fn key_formatters<'a>(
-    batch: &'a RecordBatch,
-    keys: &[String],
-) -> Result<Vec<(&'a ArrayRef, ArrayFormatter<'a>)>, ArrowError> {
-    let options = FormatOptions::default().with_null("");
-    keys.iter()
-        .map(|name| {
-            let c = column(batch, name)?;
-            Ok((c, ArrayFormatter::try_new(c.as_ref(), &options)?))
-        })
-        .collect()
-}
-
-fn key_of(keys: &[(&ArrayRef, ArrayFormatter<'_>)], row: usize) -> EntityKey {
-    keys.iter()
-        .map(|(c, f)| {
-            if c.is_null(row) {
-                String::new()
-            } else {
-                f.value(row).to_string()
-            }
-        })
-        .collect()
 }

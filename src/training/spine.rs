@@ -6,10 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{Array, RecordBatch};
-use arrow::util::display::{ArrayFormatter, FormatOptions};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use crate::record::event_time_millis;
+use crate::record::{event_time_millis, KeyText};
 
 /// An entity file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -45,12 +44,17 @@ pub enum SpineError {
     },
 }
 
+/// What joins the text of an entity's key values into one (a character no key holds in
+/// practice, and no separator of the online layouts).
+pub const KEY_SEPARATOR: &str = "\u{1f}";
+
 /// The rows of an entity file.
 pub struct Spine {
     /// Every column as read.
     pub rows: RecordBatch,
-    /// Per row, its join key values as text, in the pipeline's key order.
-    pub keys: Vec<Vec<String>>,
+    /// Per row, its join key values as text, in the pipeline's key order, joined by
+    /// [`KEY_SEPARATOR`].
+    pub keys: Vec<String>,
     /// Per row, its timestamp in ms since 1970.
     pub times: Vec<i64>,
 }
@@ -104,12 +108,7 @@ impl Spine {
             .iter()
             .map(|k| column(k))
             .collect::<Result<Vec<_>, _>>()?;
-        let options = FormatOptions::default().with_null("");
-        let formatters = key_columns
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| failed(e.into()))?;
+        let key_text = KeyText::new(key_columns.clone()).map_err(|e| failed(e.into()))?;
         let missing = |row: usize, what: &str| SpineError::MissingValue {
             file: file.to_path_buf(),
             row: row + 1,
@@ -125,21 +124,25 @@ impl Spine {
                 )
             })?;
             times.push(at);
-            let mut values = Vec::with_capacity(keys.len());
-            for ((column, formatter), key) in key_columns.iter().zip(&formatters).zip(keys) {
-                if column.is_null(row) {
-                    return Err(missing(row, &format!("`{key}`")));
-                }
-                values.push(formatter.value(row).to_string());
+            if let Some((_, key)) = key_columns
+                .iter()
+                .zip(keys)
+                .find(|(column, _)| column.is_null(row))
+            {
+                return Err(missing(row, &format!("`{key}`")));
             }
-            key_values.push(values);
+            let mut text = String::new();
+            key_text
+                .append(row, KEY_SEPARATOR, &mut text)
+                .map_err(|e| failed(e.into()))?;
+            key_values.push(text);
         }
         Ok((key_values, times))
     }
 }
 
 /// Per row, the key values as text; per row, the timestamp in ms.
-type KeysAndTimes = (Vec<Vec<String>>, Vec<i64>);
+type KeysAndTimes = (Vec<String>, Vec<i64>);
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 
