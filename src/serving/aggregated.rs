@@ -96,10 +96,3 @@ pub fn output_json(output: &Output, style: ValueStyle) -> Value {
         ),
     }
 }
-
-/// The current time in ms since 1970, for reads.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}

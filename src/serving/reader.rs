@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use redis::Cmd;
 use serde_json::{json, Map, Value};
 
-use super::aggregated::{aggregated_values, now_ms, output_json, tile_commands};
+use super::aggregated::{aggregated_values, output_json, tile_commands};
 use super::lookup::{Found, Lookup, ViewFields};
 use super::query_error::QueryError;
 use super::read_cache::ReadCache;
@@ -120,6 +120,17 @@ impl FeatureReader {
     /// tiles take a round trip of their own. The answer has one [`Found`] per entity, per
     /// lookup, in order.
     pub async fn lookup(&self, lookups: &[Lookup<'_>]) -> Result<Vec<Vec<Found>>, QueryError> {
+        self.lookup_at(lookups, chrono::Utc::now().timestamp_millis())
+            .await
+    }
+
+    /// [`FeatureReader::lookup`] with the tiles merged at `now` (ms since 1970) rather than
+    /// at the time of the read (an audit compares them with the table at one time).
+    pub async fn lookup_at(
+        &self,
+        lookups: &[Lookup<'_>],
+        now: i64,
+    ) -> Result<Vec<Vec<Found>>, QueryError> {
         let tile_reads = tile_commands(lookups);
         let (mut found, tiles) = match &self.cache {
             Some(cache) => {
@@ -141,7 +152,7 @@ impl FeatureReader {
             }
             None => self.lookup_stored(lookups, tile_reads).await?,
         };
-        let aggregated = aggregated_values(lookups, tiles, now_ms())?;
+        let aggregated = aggregated_values(lookups, tiles, now)?;
         for (rows, values) in found.iter_mut().zip(aggregated) {
             for (row, values) in rows.iter_mut().zip(values) {
                 row.set_aggregated(values);

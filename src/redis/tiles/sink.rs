@@ -124,12 +124,6 @@ impl TileSink {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 #[async_trait]
 impl Sink for TileSink {
     fn kind(&self) -> &'static str {
@@ -155,7 +149,7 @@ impl Sink for TileSink {
                     &self.script,
                     &self.layout,
                     &entities,
-                    (now_ms(), self.expiry_ms),
+                    (chrono::Utc::now().timestamp_millis(), self.expiry_ms),
                 )
                 .await
                 .map_err(|e| e.to_string()),
