@@ -133,17 +133,24 @@ pub struct FeatureComparison {
     pub error: Option<f64>,
 }
 
+impl FeatureComparison {
+    /// A feature not compared (it counts as neither compared nor differing).
+    pub fn not_compared() -> Self {
+        FeatureComparison {
+            compared: false,
+            equal: true,
+            error: None,
+        }
+    }
+}
+
 impl Comparison {
     /// Leaves out the features not in `asked` (a served answer's features not requested):
     /// they count as neither compared nor differing, and a skew only in them is no skew.
     pub fn only(mut self, asked: &[bool]) -> Self {
         for (feature, asked) in self.features.iter_mut().zip(asked) {
             if !asked {
-                *feature = FeatureComparison {
-                    compared: false,
-                    equal: true,
-                    error: None,
-                };
+                *feature = FeatureComparison::not_compared();
             }
         }
         if self.outcome == Outcome::Skew && self.features.iter().all(|f| f.equal) {

@@ -8,6 +8,7 @@
 //! ([`continuous`]); `audit --served` compares the log of served features with the table
 //! at each request's time (`served`).
 
+mod aggregated;
 mod classify;
 mod config;
 pub mod continuous;
@@ -21,7 +22,9 @@ mod values;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-pub use classify::{compare, EntityKey, OfflineRow, OnlineRow, Outcome};
+pub use classify::{
+    compare, Comparison, EntityKey, FeatureComparison, OfflineRow, OnlineRow, Outcome,
+};
 pub use config::AuditConfig;
 pub use report::{AuditReport, Example, FeatureReport, LagReport};
 pub use sample::Selection;
@@ -32,6 +35,7 @@ use crate::delta::{Table, TableError, TableLocation};
 use crate::record::{entity_hash, RowLayout};
 use crate::redis::RedisServiceConfig;
 use crate::serving::{FeatureReader, FeatureView, QueryError};
+use crate::training::{EventSource, TrainingError};
 pub(crate) use report::TableRead;
 use report::{ReportHead, Tally};
 use sample::Sampler;
@@ -54,6 +58,9 @@ pub enum AuditError {
     /// A read of the online store failed.
     #[error("online store: {0}")]
     Query(#[from] QueryError),
+    /// The aggregated features could not be worked out from the table.
+    #[error("aggregated features from the table: {0}")]
+    Aggregated(#[from] TrainingError),
 }
 
 /// What an audit compares: a pipeline's online view and its offline table.
@@ -69,6 +76,8 @@ pub struct AuditTarget {
     pub table: TableLocation,
     /// The Redis the online view lives in.
     pub redis: RedisServiceConfig,
+    /// Where its aggregations find their events in the table; `None` without aggregations.
+    pub aggregations: Option<EventSource>,
 }
 
 impl AuditTarget {
@@ -167,7 +176,7 @@ pub(crate) async fn compare_with_online(
     let reader = FeatureReader::new(&target.redis, [target.view.clone()], None)?;
     let online_rows = online::read_rows(&reader, &target.view, &entities).await?;
     let ttl_ms = target.ttl_ms();
-    let mut tally = target.tally();
+    let mut compared = Vec::with_capacity(entities.len());
     for (entity, online) in entities.iter().zip(&online_rows) {
         let offline = table_rows.get(entity);
         let newest = online
@@ -185,10 +194,17 @@ pub(crate) async fn compare_with_online(
             // A key of another view sharing the Feast hash: not this view's entity.
             continue;
         }
+        compared.push((entity, online.as_ref(), offline, comparison));
+    }
+    if let Some(source) = &target.aggregations {
+        add_aggregated(target, source, &reader, &mut compared).await?;
+    }
+    let mut tally = target.tally();
+    for (entity, online, offline, comparison) in &compared {
         tally.add(
             entity,
-            &comparison,
-            online.as_ref().map(|o| o.event_time_ms),
+            comparison,
+            online.map(|o| o.event_time_ms),
             offline.map(|o| o.event_time_ms),
         );
     }
@@ -205,4 +221,47 @@ pub(crate) async fn compare_with_online(
         .filter(|key| !table_rows.contains_key(key))
         .collect();
     Ok((report, online_only))
+}
+
+/// An entity compared: its key, its online row, its table row, the comparison.
+type Compared<'a> = (
+    &'a EntityKey,
+    Option<&'a OnlineRow>,
+    Option<&'a OfflineRow>,
+    Comparison,
+);
+
+/// Adds the aggregated features to the comparisons of the entities equal in both stores
+/// ([`aggregated`]); a differing one makes the entity a skew.
+async fn add_aggregated(
+    target: &AuditTarget,
+    source: &EventSource,
+    reader: &FeatureReader,
+    compared: &mut [Compared<'_>],
+) -> Result<(), AuditError> {
+    let plain = target.view.plain_features();
+    let agreed: Vec<(EntityKey, i64)> = compared
+        .iter()
+        .filter(|(_, _, _, c)| c.outcome == Outcome::Equal)
+        .filter_map(|(entity, online, _, _)| Some(((*entity).clone(), (*online)?.event_time_ms)))
+        .collect();
+    let mut found = aggregated::compare_aggregated(target, source, reader, &agreed)
+        .await?
+        .into_iter();
+    for (_, online, _, comparison) in compared.iter_mut() {
+        if comparison.outcome != Outcome::Equal || online.is_none() {
+            continue;
+        }
+        let Some(Some(features)) = found.next() else {
+            continue;
+        };
+        comparison
+            .features
+            .resize(plain, FeatureComparison::not_compared());
+        if features.iter().any(|f| !f.equal) {
+            comparison.outcome = Outcome::Skew;
+        }
+        comparison.features.extend(features);
+    }
+    Ok(())
 }

@@ -145,6 +145,7 @@ pub fn audit_target(
                 layout: pipeline.row_layout(),
                 table,
                 redis: service.redis.clone(),
+                aggregations: pipeline.event_source(),
             }),
     )
 }

@@ -42,10 +42,10 @@ pub async fn training_set_command(args: TrainingSetArgs) -> ExitCode {
         Ok(found) => found,
         Err(code) => return code,
     };
-    if pipeline.aggregations.is_empty() {
+    let Some(source) = pipeline.event_source() else {
         eprintln!("error: pipeline `{}` has no aggregations", pipeline.name);
         return ExitCode::from(EXIT_CONFIG);
-    }
+    };
     let spine = match Spine::read(
         &args.entities,
         &pipeline.entity_keys,
@@ -114,7 +114,7 @@ pub async fn training_set_command(args: TrainingSetArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let set = match training_set(&table, &pipeline, spine).await {
+    let set = match training_set(&table, &source, spine).await {
         Ok(set) => set,
         Err(e) => {
             eprintln!("error: {e}");

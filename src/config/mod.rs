@@ -4,6 +4,7 @@
 //! Reading YAML and locating problems is [`crate::yaml`]'s job.
 
 mod aggregations;
+mod event_source;
 mod pipeline;
 mod pipeline_file;
 mod service;

@@ -22,9 +22,8 @@ use arrow::array::RecordBatch;
 use arrow::error::ArrowError;
 
 use crate::aggregate::{longest_hop_ms, longest_reach_ms, Aggregation, Output};
-use crate::config::{PipelineConfig, DEFAULT_FUTURE_SKEW_MS};
 use crate::delta::read::FileReadError;
-use crate::delta::{PartitionTime, Table, TableError};
+use crate::delta::{Table, TableError};
 
 use compute::compute;
 pub use output::write_parquet;
@@ -35,9 +34,6 @@ use spine::Spine;
 /// Why a training set could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainingError {
-    /// The pipeline declares no aggregations.
-    #[error("pipeline `{0}` has no aggregations")]
-    NoAggregations(String),
     /// The table's log could not be read.
     #[error("offline table: {0}")]
     TableLog(#[from] TableError),
@@ -79,28 +75,6 @@ pub struct EventSource {
     pub partitioned_by_ingest: bool,
 }
 
-impl EventSource {
-    /// `pipeline`'s; `None` when it declares no aggregations.
-    pub fn of(pipeline: &PipelineConfig) -> Option<EventSource> {
-        if pipeline.aggregations.is_empty() {
-            return None;
-        }
-        Some(EventSource {
-            keys: pipeline.entity_keys.clone(),
-            event_time: pipeline.event_time.clone(),
-            aggregations: pipeline.aggregations.clone(),
-            max_future_skew_ms: pipeline
-                .max_future_skew_ms
-                .unwrap_or(DEFAULT_FUTURE_SKEW_MS),
-            partitioned_by_ingest: pipeline
-                .sinks
-                .offline
-                .as_ref()
-                .is_some_and(|o| o.partition_by == PartitionTime::IngestTime),
-        })
-    }
-}
-
 /// Aggregated values point in time and what computing them read.
 pub struct PointInTime {
     /// Per (entity, time) pair asked, per aggregation, its windows' values.
@@ -113,15 +87,13 @@ pub struct PointInTime {
     pub events: usize,
 }
 
-/// The training set of `pipeline`'s aggregations for `spine`, from `table`.
+/// The training set of the aggregations of `source` for `spine`, from `table`.
 pub async fn training_set(
     table: &Table,
-    pipeline: &PipelineConfig,
+    source: &EventSource,
     spine: Spine,
 ) -> Result<TrainingSet, TrainingError> {
-    let source = EventSource::of(pipeline)
-        .ok_or_else(|| TrainingError::NoAggregations(pipeline.name.clone()))?;
-    let point_in_time = values_at(table, &source, &spine.keys, &spine.times).await?;
+    let point_in_time = values_at(table, source, &spine.keys, &spine.times).await?;
     let rows = features_of(&source.aggregations, &spine, point_in_time.values)?;
     Ok(TrainingSet {
         rows,

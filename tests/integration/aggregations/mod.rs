@@ -92,9 +92,10 @@ pub fn same(got: &Value, want: &Value) -> bool {
 }
 
 /// Writes the project's `orders` pipeline (JSON payloads; count, sum, avg, max and last_k
-/// over 1 h and 1 d) with the `offline` section given.
-pub fn write_orders_pipeline(project: &Project, offline: &str) {
+/// over 1 h and 1 d) with the `offline` section given; returns its online key prefix.
+pub fn write_orders_pipeline(project: &Project, offline: &str) -> String {
     project.schema_file("orders.avsc", SCHEMA);
+    let prefix = unique("agg");
     let yaml = format!(
         "name: orders\nsource:\n  topic: {topic}\n  subscription: orders\n  initial_position: earliest\n\
          schema:\n  file: schemas/orders.avsc\n  format: json\n\
@@ -107,9 +108,9 @@ pub fn write_orders_pipeline(project: &Project, offline: &str) {
          \x20 - {{name: max_qty, function: max, column: qty, windows: [1h, 1d]}}\n\
          \x20 - {{name: last_items, function: last_k, k: 3, column: item, windows: [1d]}}\n",
         topic = project.topic,
-        prefix = unique("agg"),
     );
     std::fs::write(project.path().join("connectors/orders.yaml"), yaml).expect("pipeline");
+    prefix
 }
 
 /// An order as its JSON payload.

@@ -14,7 +14,7 @@ async fn replicas_killed_mid_stream_count_every_event_once() {
     let mut project = Project::new(&redis_url());
     project.topic = format!("persistent://public/{namespace}/orders");
     create_partitioned_topic(&project.topic, 4).await;
-    write_orders_pipeline(
+    let prefix = write_orders_pipeline(
         &project,
         "offline:\n  url: file://offline\n  rollover_rows: 500\n  rollover_interval: 1s",
     );
@@ -152,4 +152,66 @@ async fn replicas_killed_mid_stream_count_every_event_once() {
             );
         }
     }
+
+    // The audit finds every user equal in both stores, its aggregated features included.
+    let audit = || {
+        let output =
+            project.run_command(&["audit", "--pipeline", "orders", "--sample", "all", "--json"]);
+        let report: serde_json::Value =
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "audit printed no JSON ({e}): {}",
+                    String::from_utf8_lossy(&output.stderr)
+                )
+            });
+        (output.status.code(), report)
+    };
+    let compared = |report: &serde_json::Value, feature: &str| {
+        report["features"]
+            .as_array()
+            .and_then(|features| features.iter().find(|f| f["feature"] == feature))
+            .map(|f| (f["compared"].as_u64(), f["mismatches"].as_u64()))
+    };
+    let (code, report) = audit();
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["defects"], 0, "{report:#}");
+    assert_eq!(report["outcomes"]["equal"], users.len(), "{report:#}");
+    for feature in [
+        "orders_1h",
+        "spend_1d",
+        "avg_amount_1d",
+        "max_qty_1h",
+        "last_items_1d",
+    ] {
+        assert_eq!(
+            compared(&report, feature),
+            Some((Some(users.len() as u64), Some(0))),
+            "{feature}: {report:#}"
+        );
+    }
+
+    // One user's tiles lost online: the audit finds that user's aggregated features skewed.
+    let mut redis = redis(&redis_url()).await;
+    let lost: i64 = redis::cmd("DEL")
+        .arg(format!("{prefix}:tiles:orders:{}", users[3]))
+        .query_async(&mut redis)
+        .await
+        .expect("DEL");
+    assert_eq!(lost, 1);
+    let (code, report) = audit();
+    assert_ne!(code, Some(0), "{report:#}");
+    assert_eq!(report["defects"], 1, "{report:#}");
+    assert_eq!(report["outcomes"]["skew"], 1, "{report:#}");
+    let example = &report["examples"]["skew"][0];
+    assert_eq!(
+        example["entity"]["user_id"],
+        users[3].as_str(),
+        "{report:#}"
+    );
+    assert!(
+        example["differing"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|f| f == "orders_1d")),
+        "{report:#}"
+    );
 }
