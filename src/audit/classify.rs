@@ -15,7 +15,7 @@ pub type EntityKey = Vec<String>;
 pub struct OnlineRow {
     /// Event time of the stored values, epoch ms.
     pub event_time_ms: i64,
-    /// Per feature of the view, the stored value (null when the field is not there).
+    /// Per stored (plain) feature of the view, its value (null when the field is not there).
     pub values: Vec<Value>,
 }
 

@@ -20,13 +20,15 @@ const READS_AT_ONCE: usize = 4;
 /// Keys a `SCAN` step asks for.
 const SCAN_COUNT: usize = 2_000;
 
-/// Reads the online rows of `entities` (`None` where the store holds nothing).
+/// Reads the online rows of `entities` (`None` where the store holds nothing): the stored
+/// (plain) features only; aggregated ones are compared apart (`aggregated.rs`), and asking
+/// them here would read and merge every entity's tiles for nothing.
 pub async fn read_rows(
     reader: &FeatureReader,
     view: &FeatureView,
     entities: &[EntityKey],
 ) -> Result<Vec<Option<OnlineRow>>, AuditError> {
-    let features: Vec<usize> = (0..view.features.len()).collect();
+    let features: Vec<usize> = (0..view.plain_features()).collect();
     let reads: Vec<_> = entities
         .chunks(ENTITIES_PER_READ)
         .map(|chunk| read_chunk(reader, view, chunk.to_vec(), features.clone()))
