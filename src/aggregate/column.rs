@@ -75,6 +75,16 @@ impl ColumnValues {
         })
     }
 
+    /// The values as an Arrow array.
+    pub fn array(&self) -> &dyn Array {
+        match self {
+            ColumnValues::Int(v) => v,
+            ColumnValues::Float(v) => v,
+            ColumnValues::Text(v) => v,
+            ColumnValues::Bool(v) => v,
+        }
+    }
+
     /// Row `row`'s value (`None` for a null or a row past the end).
     pub fn datum(&self, row: usize) -> Option<Datum> {
         fn present<A: Array>(values: &A, row: usize) -> bool {

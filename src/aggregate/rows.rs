@@ -42,6 +42,22 @@ impl AggregatedColumns {
             .map(AggregatedColumns)
     }
 
+    /// How many aggregations.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// `true` for no aggregation.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The values of the aggregation at `aggregation` as an Arrow array (`None`: a count, or
+    /// no such aggregation).
+    pub fn array(&self, aggregation: usize) -> Option<&dyn arrow::array::Array> {
+        self.0.get(aggregation)?.as_ref().map(ColumnValues::array)
+    }
+
     /// Row `row`'s event for each aggregation; ties of event time in `last_k` are broken by
     /// the publish time.
     pub fn events(&self, row: usize, event_time: i64, publish_time: i64) -> Vec<Event> {

@@ -149,10 +149,7 @@ impl<T: Copy + Default + Send> Grouped<T> {
     }
 
     fn get(&self, entity: usize) -> &[T] {
-        match (self.starts.get(entity), self.starts.get(entity + 1)) {
-            (Some(&start), Some(&end)) => &self.items[start..end],
-            _ => &[],
-        }
+        &self.items[self.range(entity)]
     }
 
     /// Sorts each entity's items by `key` (stable).

@@ -87,8 +87,6 @@ pub struct EventRows {
     /// publish times), in ms.
     pub publish_time: Vec<i64>,
     event_time: Vec<i64>,
-    /// Per aggregation, its column's values of these rows (`None`: a count).
-    columns: Vec<Option<ArrayRef>>,
     values: AggregatedColumns,
 }
 
@@ -112,13 +110,11 @@ impl EventRows {
                 .map(|&(part, row)| of(&parts[part])[row])
                 .collect()
         };
-        let aggregations = parts.first().map_or(0, |p| p.columns.len());
+        let aggregations = parts.first().map_or(0, |p| p.values.len());
         let columns = (0..aggregations)
             .map(|index| {
-                let arrays: Option<Vec<&dyn Array>> = parts
-                    .iter()
-                    .map(|p| p.columns.get(index)?.as_deref())
-                    .collect();
+                let arrays: Option<Vec<&dyn Array>> =
+                    parts.iter().map(|p| p.values.array(index)).collect();
                 arrays
                     .map(|arrays| arrow::compute::interleave(&arrays, order))
                     .transpose()
@@ -132,7 +128,6 @@ impl EventRows {
             publish_time: pick(|p| &p.publish_time),
             event_time: pick(|p| &p.event_time),
             values: AggregatedColumns::of_arrays(&columns)?,
-            columns,
         })
     }
 
@@ -260,7 +255,6 @@ fn wanted_rows(batch: &RecordBatch, plan: &ScanPlan) -> Result<EventRows, ArrowE
         publish_time,
         event_time,
         values: AggregatedColumns::of_arrays(&columns)?,
-        columns,
     })
 }
 
