@@ -37,6 +37,23 @@ def free_port():
     return port
 
 
+def start_connector(argv, env, log):
+    """The dist connector `run` with `argv` after it, once its /readyz answers on
+    env's FC_HTTP_BIND; stderr to `log`."""
+    connector = subprocess.Popen([str(DIST / "feature-connector"), "run", "--root", str(BENCH), *argv], env=env,
+                                 stdin=subprocess.DEVNULL, stderr=open(log, "w"))
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://{env['FC_HTTP_BIND']}/readyz", timeout=1)
+            return connector
+        except Exception:
+            if connector.poll() is not None:
+                sys.exit(f"connector died: {log}")
+            time.sleep(0.1)
+    connector.terminate()
+    sys.exit(f"connector not ready after 60 s: {log}")
+
+
 def run(argv, env, what):
     out = subprocess.run(argv, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -101,18 +118,8 @@ def main():
     # Reads, from a connector whose subscription is drained already (no ingest meanwhile).
     serving_env = dict(agg_env, BENCH_SUBSCRIPTION=f"agg-{stamp}", FC_HTTP_BIND=f"127.0.0.1:{free_port()}",
                        FC_SERVING_BIND=f"127.0.0.1:{free_port()}", FC_INSTANCE_ID="agg-serve")
-    connector = subprocess.Popen([str(DIST / "feature-connector"), "run", "--root", str(BENCH),
-                                  "--config", str(BENCH / "serving/service.yaml")],
-                                 env=serving_env, stdin=subprocess.DEVNULL,
-                                 stderr=open("/tmp/agg-bench-serving.log", "w"))
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(f"http://{serving_env['FC_HTTP_BIND']}/readyz", timeout=1)
-            break
-        except Exception:
-            if connector.poll() is not None:
-                sys.exit("connector died: /tmp/agg-bench-serving.log")
-            time.sleep(0.1)
+    connector = start_connector(["--config", str(BENCH / "serving/service.yaml")], serving_env,
+                                "/tmp/agg-bench-serving.log")
     try:
         reads = {
             "plain_closed": serve(args, serving_env, PLAIN_FEATURES),

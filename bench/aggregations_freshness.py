@@ -14,7 +14,7 @@ import argparse, os, re, subprocess, sys, tempfile, time, urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from aggregations import AGGREGATIONS, BENCH, DIST, free_port  # noqa: E402
+from aggregations import AGGREGATIONS, BENCH, DIST, free_port, start_connector  # noqa: E402
 
 
 def metrics(url):
@@ -50,7 +50,8 @@ def quantiles(before, after, name, qs):
 
 
 def run_once(args, aggregations):
-    """One connector run over a new topic while the producer sends; its metrics text."""
+    """One connector run over a new topic while the producer sends: its metrics text before
+    and after the timed part, and the producer's closing line."""
     stamp = int(time.time() * 1000)
     topic = f"persistent://public/default/agg-fresh-{stamp}"
     offline = tempfile.mkdtemp(prefix="agg-fresh-offline-")
@@ -62,17 +63,8 @@ def run_once(args, aggregations):
                "--topic", topic]
     # The topic exists before the connector subscribes at its end: a first event creates it.
     subprocess.run(produce + ["--count", "1", "--entities", "1"], env=env, check=True, capture_output=True)
-    connector = subprocess.Popen([str(DIST / "feature-connector"), "run", "--root", str(BENCH)], env=env,
-                                 stdin=subprocess.DEVNULL, stderr=open("/tmp/agg-fresh.log", "w"))
+    connector = start_connector([], env, "/tmp/agg-fresh.log")
     url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(f"{url}/readyz", timeout=1)
-            break
-        except Exception:
-            if connector.poll() is not None:
-                sys.exit("connector died: /tmp/agg-fresh.log")
-            time.sleep(0.1)
     paced = ["--entities", "100000", "--zipf", "1.1", "--batch", "100", "--producers", "4",
              "--rate", str(args.rate), "--live-event-time"]
     try:
