@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use self::position::{
-    distinct_streams, same_stream, stream_runs, MessagePosition, OfflineOrigins, Offset, Origin,
-    StreamNames,
+    continues_key, distinct_streams, same_stream, stream_runs, MessagePosition, OfflineOrigins,
+    Offset, Origin, StreamNames, WHOLE_ENTRY,
 };
 pub use self::skipped::{SkippedEntries, SkippedEntriesError};
 

@@ -47,11 +47,48 @@ impl MessagePosition {
         }
     }
 
+    /// The offset that stands for "everything up to this message": a message that completes
+    /// its entry stands for the whole entry ([`WHOLE_ENTRY`]), so that the next message is
+    /// the next entry's first.
+    pub fn run_key(&self) -> Offset {
+        self.run_key_at(self.offset)
+    }
+
+    /// [`Self::run_key`] in another id space of the same message: `offset` is its offset
+    /// there (a replicated copy's offset in its origin); its place in its entry is the same.
+    pub fn run_key_at(&self, offset: Offset) -> Offset {
+        let (segment, entry, index) = offset;
+        if self.completes_entry() {
+            (segment, entry, WHOLE_ENTRY)
+        } else {
+            (segment, entry, index)
+        }
+    }
+
     /// `segment:entry:index` (Pulsar's `ledger:entry:index`), as shown in logs and file
     /// metadata.
     pub fn display_id(&self) -> String {
         let (segment, entry, index) = self.offset;
         format!("{segment}:{entry}:{index}")
+    }
+}
+
+/// The index a run key holds for a whole entry (see [`MessagePosition::run_key`]).
+pub const WHOLE_ENTRY: i32 = i32::MAX;
+
+/// Whether the message at `next` comes right after the run ending at `run_end` (a
+/// [`MessagePosition::run_key`]) in its stream: the next index of the same entry, or the
+/// first message of the next entry or of a newer segment.
+pub fn continues_key(run_end: Offset, next: Offset) -> bool {
+    let (segment, entry, index) = run_end;
+    let (next_segment, next_entry, next_index) = next;
+    if index == WHOLE_ENTRY || index < 0 {
+        let first_of_entry = next_index <= 0;
+        first_of_entry
+            && ((next_segment == segment && next_entry == entry + 1)
+                || (next_segment > segment && next_entry == 0))
+    } else {
+        next_segment == segment && next_entry == entry && next_index == index + 1
     }
 }
 

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use deltalake::kernel::{Action, Transaction};
 
+pub use crate::source::{continues_key, WHOLE_ENTRY};
 use crate::source::{MessagePosition, Offset};
 
 /// Orders messages within one topic partition: ledger, entry, index in the producer batch
@@ -24,44 +25,21 @@ pub fn message_key(position: &MessagePosition) -> MessageKey {
     position.offset
 }
 
-/// The batch index a commit records for a message that completes its entry: it stands for
-/// the whole entry, so the next message is the next entry's first.
-pub const WHOLE_ENTRY: i32 = i32::MAX;
-
 /// The key a commit records when `position` is the newest message of a partition it holds.
 pub fn commit_key(position: &MessagePosition) -> MessageKey {
-    commit_key_at(position, message_key(position))
+    position.run_key()
 }
 
 /// [`commit_key`] in another id space of the same message: `offset` is its key there (a
 /// replicated copy's offset in its origin), its place in its entry is the same.
 pub fn commit_key_at(position: &MessagePosition, offset: MessageKey) -> MessageKey {
-    let (ledger, entry, index) = offset;
-    if position.completes_entry() {
-        (ledger, entry, WHOLE_ENTRY)
-    } else {
-        (ledger, entry, index)
-    }
+    position.run_key_at(offset)
 }
 
 /// Whether `next` is the message right after `held` (a commit key) in its partition: the
 /// next index of the same entry, or the first message of the next entry or of a newer ledger.
 pub fn continues(held: MessageKey, next: &MessagePosition) -> bool {
     continues_key(held, message_key(next))
-}
-
-/// [`continues`] for the key of the next message.
-pub fn continues_key(held: MessageKey, next: MessageKey) -> bool {
-    let (ledger, entry, index) = held;
-    let (next_ledger, next_entry, next_index) = next;
-    if index == WHOLE_ENTRY || index < 0 {
-        let first_of_entry = next_index <= 0;
-        first_of_entry
-            && ((next_ledger == ledger && next_entry == entry + 1)
-                || (next_ledger > ledger && next_entry == 0))
-    } else {
-        next_ledger == ledger && next_entry == entry && next_index == index + 1
-    }
 }
 
 const PREFIX: &str = "feature-connector:";
