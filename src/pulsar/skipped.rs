@@ -49,6 +49,8 @@ pub struct CursorAcks {
     pub mark_delete: Position,
     /// Acknowledged ranges `(lower, upper]`, ascending.
     pub ranges: Vec<(Position, Position)>,
+    /// The topic's ledgers with their entry counts (0 for the open one), ascending.
+    pub ledgers: Vec<(i64, i64)>,
 }
 
 impl CursorAcks {
@@ -77,11 +79,43 @@ impl CursorAcks {
         let mut ranges = parse_ranges(ranges_text)
             .ok_or_else(|| malformed("individuallyDeletedMessages", ranges_text))?;
         ranges.sort_unstable();
+        let mut ledgers: Vec<(i64, i64)> = stats
+            .get("ledgers")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|ledger| {
+                let number = |name| ledger.get(name).and_then(serde_json::Value::as_i64);
+                Some((number("ledgerId")?, number("entries").unwrap_or(0)))
+            })
+            .collect();
+        ledgers.sort_unstable();
         Ok(Self {
             mark_delete: parse_position(mark_delete)
                 .ok_or_else(|| malformed("markDeletePosition", mark_delete))?,
             ranges,
+            ledgers,
         })
+    }
+
+    /// Whether every entry before `first` is acknowledged. The entry before the first of a
+    /// ledger is the last of the newest earlier ledger holding entries; with none left (the
+    /// broker deletes a ledger once every cursor is past it), nothing before is unacknowledged.
+    pub fn covers_before(&self, first: Position) -> bool {
+        let target = if first.1 > 0 {
+            (first.0, first.1 - 1)
+        } else {
+            match self
+                .ledgers
+                .iter()
+                .rev()
+                .find(|&&(ledger, entries)| ledger < first.0 && entries > 0)
+            {
+                Some(&(ledger, entries)) => (ledger, entries - 1),
+                None => return true,
+            }
+        };
+        self.reaches(self.mark_delete, target)
     }
 
     /// Whether every entry strictly between entry `after` and entry `before` is
@@ -95,9 +129,12 @@ impl CursorAcks {
         if target <= after {
             return true;
         }
-        // Sweep the acknowledged intervals up from `after` (which need not be acknowledged
-        // itself: its message is the caller's).
-        let mut reached = after.max(self.mark_delete);
+        self.reaches(after.max(self.mark_delete), target)
+    }
+
+    /// Whether the acknowledged intervals reach `target` without a break from `reached`
+    /// (which need not be acknowledged itself: its message is the caller's).
+    fn reaches(&self, mut reached: Position, target: Position) -> bool {
         for &(lower, upper) in &self.ranges {
             if reached >= target {
                 break;
@@ -183,6 +220,14 @@ impl SkippedEntries for PulsarSkippedEntries {
                 },
             )
             .collect())
+    }
+
+    async fn done_before(&self, stream: &str, first: Offset) -> Result<bool, SkippedEntriesError> {
+        let acks = self.cursor(stream).await.map_err(|e| SkippedEntriesError {
+            stream: stream.to_string(),
+            source: Box::new(e),
+        })?;
+        Ok(entry_position(first).is_some_and(|first| acks.covers_before(first)))
     }
 }
 
@@ -294,6 +339,43 @@ mod tests {
             !expired.covers((5, 9), (5, 33)),
             "5:31, 5:32 are not expired"
         );
+    }
+
+    #[test]
+    fn what_comes_before_a_first_message_is_acknowledged_or_not() {
+        let stats = serde_json::json!({
+            "ledgers": [{"ledgerId": 5, "entries": 21}, {"ledgerId": 7, "entries": 0},
+                        {"ledgerId": 6, "entries": 0}],
+            "cursors": {"sub": {"markDeletePosition": "5:9",
+                                "individuallyDeletedMessages": "[(5:12..5:20]]"}}});
+        let read = CursorAcks::from_internal_stats(&stats, "sub").unwrap();
+        assert!(read.covers_before((5, 10)), "right after mark-delete");
+        assert!(!read.covers_before((5, 11)), "5:10 is not acknowledged");
+        assert!(!read.covers_before((5, 14)), "5:10, 5:11 are not");
+        assert!(
+            !read.covers_before((7, 0)),
+            "5:10 is still owed before ledger 7"
+        );
+        let done = serde_json::json!({
+            "ledgers": [{"ledgerId": 5, "entries": 21}, {"ledgerId": 6, "entries": 0},
+                        {"ledgerId": 7, "entries": 0}],
+            "cursors": {"sub": {"markDeletePosition": "5:20",
+                                "individuallyDeletedMessages": "[]"}}});
+        let done = CursorAcks::from_internal_stats(&done, "sub").unwrap();
+        assert!(
+            done.covers_before((7, 0)),
+            "5:20 is ledger 5's last entry; ledger 6 is empty"
+        );
+        assert!(!done.covers_before((7, 1)), "7:0 is not acknowledged");
+        let trimmed = CursorAcks::from_internal_stats(
+            &serde_json::json!({"ledgers": [{"ledgerId": 9, "entries": 0}],
+                "cursors": {"sub": {"markDeletePosition": "8:40",
+                                    "individuallyDeletedMessages": "[]"}}}),
+            "sub",
+        )
+        .unwrap();
+        assert!(trimmed.covers_before((9, 0)), "earlier ledgers are deleted");
+        assert!(!trimmed.covers_before((9, 2)));
     }
 
     #[test]

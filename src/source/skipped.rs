@@ -31,4 +31,9 @@ pub trait SkippedEntries: Send + Sync {
         stream: &str,
         gaps: &[(Offset, Offset)],
     ) -> Result<Vec<bool>, SkippedEntriesError>;
+
+    /// Whether every entry of `stream` before the entry of `first` is marked done (skipped
+    /// by the source, or acknowledged: made durable by whoever received it): asked about
+    /// the first message a sink receives from a stream, when nothing before it is known.
+    async fn done_before(&self, stream: &str, first: Offset) -> Result<bool, SkippedEntriesError>;
 }

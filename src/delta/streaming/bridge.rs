@@ -166,6 +166,10 @@ mod tests {
                 .map(|(a, b)| (a.1 + 1..b.1).all(|e| self.skipped.contains(&e)))
                 .collect())
         }
+
+        async fn done_before(&self, _: &str, first: Offset) -> Result<bool, SkippedEntriesError> {
+            Ok((0..first.1).all(|e| self.skipped.contains(&e)))
+        }
     }
 
     fn gap(at: u64, next: u64) -> AcceptedGap {

@@ -243,6 +243,14 @@ impl SkippedEntries for Skipped {
             .map(|(after, before)| (after.1 + 1..before.1).all(|e| self.0.contains(&e)))
             .collect())
     }
+
+    async fn done_before(
+        &self,
+        _stream: &str,
+        first: crate::source::Offset,
+    ) -> Result<bool, crate::source::SkippedEntriesError> {
+        Ok((0..first.1).all(|e| self.0.contains(&e)))
+    }
 }
 
 #[tokio::test]
