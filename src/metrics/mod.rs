@@ -106,6 +106,9 @@ pub struct Metrics {
     pub aggregation_events: Family<AggregationLabels, Counter>,
     /// Tile updates that found another writer's update first and were done again.
     pub aggregation_update_conflicts: Family<PipelineLabels, Counter>,
+    /// Messages the aggregations held back behind a gap in their stream (a hand-over that
+    /// delivered newer messages first) until the gap was filled or done.
+    pub aggregation_held_messages: Family<PipelineLabels, Counter>,
     /// The table version the sink last saw.
     pub offline_table_version: Family<PipelineLabels, Gauge>,
     /// Requests to the offline store, by operation and target.
@@ -177,6 +180,12 @@ impl Metrics {
             "aggregation_update_conflicts",
             "Tile updates that found another writer's update first and were done again",
             aggregation_update_conflicts.clone(),
+        );
+        let aggregation_held_messages = Family::<PipelineLabels, Counter>::default();
+        registry.register(
+            "aggregation_held_messages",
+            "Messages the aggregations held back behind a gap in their stream until it was done",
+            aggregation_held_messages.clone(),
         );
         let offline_store_requests = Family::<StoreRequestLabels, Counter>::default();
         registry.register(
@@ -357,6 +366,7 @@ impl Metrics {
             offline_rows_skipped,
             aggregation_events,
             aggregation_update_conflicts,
+            aggregation_held_messages,
             offline_table_version,
             offline_store_requests,
         }

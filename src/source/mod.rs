@@ -1,5 +1,6 @@
 //! Sources: where messages come from, and how they are acknowledged once durable.
 
+mod in_order;
 mod position;
 
 mod skipped;
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use self::in_order::InOrder;
 pub use self::position::{
     continues_key, distinct_streams, same_stream, stream_runs, MessagePosition, OfflineOrigins,
     Offset, Origin, StreamNames, WHOLE_ENTRY,

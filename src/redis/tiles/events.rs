@@ -18,6 +18,8 @@ pub struct Message {
     pub stream: Arc<str>,
     /// Its position in the stream.
     pub offset: Offset,
+    /// Its index among the batch's messages.
+    pub index: usize,
     /// One event per aggregation, in the layout's order.
     pub events: Vec<Event>,
 }
@@ -95,8 +97,53 @@ pub fn entity_events(
         entities[slot].messages.push(Message {
             stream: position.topic.clone(),
             offset: position.offset,
+            index: message,
             events,
         });
     }
     Ok(entities)
+}
+
+/// What a held message applies later: its rows' events, each with its entity's hash.
+pub type HeldMessage = Vec<(String, Message)>;
+
+/// Takes out of `entities` the messages that are not `ready` (by index in the batch), as
+/// each message's rows; entities left without messages are dropped.
+pub fn take_held(
+    entities: &mut Vec<EntityEvents>,
+    ready: &[bool],
+) -> FxHashMap<usize, HeldMessage> {
+    let mut held: FxHashMap<usize, HeldMessage> = FxHashMap::default();
+    for entity in entities.iter_mut() {
+        for message in entity
+            .messages
+            .extract_if(.., |m| !ready.get(m.index).copied().unwrap_or(true))
+        {
+            held.entry(message.index)
+                .or_default()
+                .push((entity.key.clone(), message));
+        }
+    }
+    entities.retain(|e| !e.messages.is_empty());
+    held
+}
+
+/// Adds released messages' rows to `entities` (an entity's messages stay in order: a
+/// stream's released messages precede its messages in the batch, which were all held).
+pub fn add_released(entities: &mut Vec<EntityEvents>, released: Vec<HeldMessage>) {
+    let mut index: FxHashMap<String, usize> = entities
+        .iter()
+        .enumerate()
+        .map(|(slot, e)| (e.key.clone(), slot))
+        .collect();
+    for (key, message) in released.into_iter().flatten() {
+        let slot = *index.entry(key.clone()).or_insert_with(|| {
+            entities.push(EntityEvents {
+                key,
+                messages: Vec::new(),
+            });
+            entities.len() - 1
+        });
+        entities[slot].messages.push(message);
+    }
 }

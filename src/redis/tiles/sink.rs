@@ -1,6 +1,7 @@
 //! The aggregations' sink: each batch's events into the entities' tiles in Redis, one batch
 //! at a time and in delivery order (a stream's positions only go forward, so a batch must
-//! not overtake an earlier one that is still retrying).
+//! not overtake an earlier one that is still retrying), and each stream's messages only
+//! once every earlier one is applied ([`InOrder`]: what follows a gap waits for it).
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use async_trait::async_trait;
 use redis::Script;
 use tokio_util::sync::CancellationToken;
 
-use super::events::entity_events;
+use super::events::{add_released, entity_events, take_held, EntityEvents, HeldMessage};
 use super::layout::TileLayout;
 use super::update::{update_script, update_tiles, UpdateOutcome};
 use crate::aggregate::Aggregation;
@@ -17,7 +18,7 @@ use crate::record::{RowBatch, RowLayout};
 use crate::redis::{RedisClient, RedisConnection, RedisProbe, RedisServiceConfig};
 use crate::retry::Backoff;
 use crate::sink::{Sink, SinkBuilder, SinkContext, SinkError};
-use crate::source::{AckMode, MessagePosition};
+use crate::source::{AckMode, InOrder, MessagePosition, SkippedEntries};
 
 /// Rows of queued batches taken as one update when the sink falls behind: the tiles of an
 /// entity with many events in a batch are read and written once.
@@ -69,6 +70,7 @@ impl SinkBuilder for TileSinkBuilder {
             pipeline: context.pipeline.clone(),
             metrics: context.metrics.clone(),
             cancel: context.cancel.clone(),
+            order: InOrder::default(),
         }))
     }
 }
@@ -84,6 +86,8 @@ pub struct TileSink {
     pipeline: String,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
+    /// Messages waiting for a gap in their stream to be filled or done.
+    order: InOrder<HeldMessage>,
 }
 
 impl TileSink {
@@ -94,6 +98,62 @@ impl TileSink {
         let connection = self.client.connect().await?;
         self.connection = Some(connection.clone());
         Ok(connection)
+    }
+
+    /// The held messages whose gap is now filled or done: their rows join `entities`, their
+    /// positions are returned (durable once `entities` are applied).
+    async fn released(&mut self, entities: &mut Vec<EntityEvents>) -> Vec<MessagePosition> {
+        if self.order.held() == 0 {
+            return Vec::new();
+        }
+        let (positions, rows): (Vec<_>, Vec<_>) = self.order.release().await.into_iter().unzip();
+        if !positions.is_empty() {
+            tracing::debug!(
+                messages = positions.len(),
+                "held messages released: the gap before them is done"
+            );
+        }
+        add_released(entities, rows);
+        positions
+    }
+
+    /// Applies `entities`' events to their tiles, retrying while Redis fails.
+    async fn apply(&mut self, entities: &[EntityEvents]) -> Result<(), SinkError> {
+        if entities.is_empty() {
+            return Ok(());
+        }
+        let mut backoff = Backoff::default();
+        loop {
+            let attempt = match self.connection().await {
+                Ok(mut connection) => update_tiles(
+                    &mut connection,
+                    &self.script,
+                    &self.layout,
+                    entities,
+                    (chrono::Utc::now().timestamp_millis(), self.expiry_ms),
+                )
+                .await
+                .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match attempt {
+                Ok(outcome) => {
+                    self.count(&outcome);
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.connection = None;
+                    backoff
+                        .wait(
+                            &self.cancel,
+                            "Redis tile update failed; nothing acknowledged",
+                            &e,
+                        )
+                        .await
+                        .map_err(|_| SinkError::Cancelled("Redis was unreachable".into()))?;
+                }
+            }
+        }
     }
 
     fn count(&self, outcome: &UpdateOutcome) {
@@ -138,45 +198,45 @@ impl Sink for TileSink {
         MERGE_QUEUED_ROWS
     }
 
+    fn set_skipped_entries(&mut self, probe: Arc<dyn SkippedEntries>) {
+        self.order.set_probe(probe);
+    }
+
     async fn write(&mut self, batch: RowBatch) -> Result<Vec<MessagePosition>, SinkError> {
-        let entities = entity_events(&self.layout, &self.rows, &batch)
+        let mut entities = entity_events(&self.layout, &self.rows, &batch)
             .map_err(|e| SinkError::fatal_from("reading the aggregated columns", e))?;
-        let mut backoff = Backoff::default();
-        loop {
-            let attempt = match self.connection().await {
-                Ok(mut connection) => update_tiles(
-                    &mut connection,
-                    &self.script,
-                    &self.layout,
-                    &entities,
-                    (chrono::Utc::now().timestamp_millis(), self.expiry_ms),
-                )
-                .await
-                .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match attempt {
-                Ok(outcome) => {
-                    self.count(&outcome);
-                    return Ok(batch.positions);
-                }
-                Err(e) => {
-                    self.connection = None;
-                    backoff
-                        .wait(
-                            &self.cancel,
-                            "Redis tile update failed; nothing acknowledged",
-                            &e,
-                        )
-                        .await
-                        .map_err(|_| SinkError::Cancelled("Redis was unreachable".into()))?;
-                }
-            }
+        let ready = self
+            .order
+            .admit(&batch.positions, |ready| take_held(&mut entities, ready));
+        let held = self.order.take_gap_holds();
+        if held > 0 {
+            self.metrics
+                .aggregation_held_messages
+                .get_or_create(&PipelineLabels {
+                    pipeline: self.pipeline.clone(),
+                })
+                .inc_by(held);
         }
+        let mut durable = self.released(&mut entities).await;
+        self.apply(&entities).await?;
+        durable.extend(
+            batch
+                .positions
+                .into_iter()
+                .zip(ready)
+                .filter_map(|(position, ready)| ready.then_some(position)),
+        );
+        Ok(durable)
     }
 
     async fn tick(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
-        Ok(Vec::new())
+        if self.order.held() == 0 {
+            return Ok(Vec::new());
+        }
+        let mut entities = Vec::new();
+        let durable = self.released(&mut entities).await;
+        self.apply(&entities).await?;
+        Ok(durable)
     }
 
     async fn flush(&mut self) -> Result<Vec<MessagePosition>, SinkError> {

@@ -3,6 +3,7 @@
 //! out here from the events themselves (not with the crate's tiles).
 
 mod decay;
+mod hand_over;
 mod replicas;
 mod serving;
 mod training;
