@@ -4,6 +4,7 @@
 //! reads the tiles field ([`TILES_FIELD`]) and [`TileLayout::read`]s them at the time
 //! of the read, so values decay as windows pass.
 
+mod cache;
 mod events;
 mod layout;
 mod sink;

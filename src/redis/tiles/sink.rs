@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use redis::Script;
 use tokio_util::sync::CancellationToken;
 
+use super::cache::TileCache;
 use super::events::{add_released, entity_events, take_held, EntityEvents, HeldMessage};
 use super::layout::TileLayout;
 use super::update::{update_script, update_tiles, UpdateOutcome};
@@ -66,6 +67,7 @@ impl SinkBuilder for TileSinkBuilder {
             client,
             connection: None,
             script: update_script(),
+            cache: TileCache::default(),
             rows: context.rows.clone(),
             pipeline: context.pipeline.clone(),
             metrics: context.metrics.clone(),
@@ -82,6 +84,8 @@ pub struct TileSink {
     client: RedisClient,
     connection: Option<RedisConnection>,
     script: Script,
+    /// The hashes this sink last wrote.
+    cache: TileCache,
     rows: RowLayout,
     pipeline: String,
     metrics: Arc<Metrics>,
@@ -127,7 +131,7 @@ impl TileSink {
             let attempt = match self.connection().await {
                 Ok(mut connection) => update_tiles(
                     &mut connection,
-                    &self.script,
+                    (&self.script, &mut self.cache),
                     &self.layout,
                     entities,
                     (chrono::Utc::now().timestamp_millis(), self.expiry_ms),

@@ -1,11 +1,13 @@
-//! Applying a batch's events to the entities' tiles: read the tiles and positions, apply in
-//! the process what they do not hold yet, and write back only if no one else updated the
-//! entity meanwhile (a replica during a partition hand-over); an entity that lost the race
-//! is read and applied again. Each entity's update is atomic, so its tiles and positions
-//! always agree, and a replay of any part of a stream is harmless.
+//! Applying a batch's events to the entities' tiles: read the tiles and positions (or take
+//! the copy this sink last wrote, [`TileCache`]), apply in the process what they do not hold
+//! yet, and write back only if no one else updated the entity meanwhile (a replica during a
+//! partition hand-over); an entity that lost the race is read and applied again. Each
+//! entity's update is atomic, so its tiles and positions always agree, and a replay of any
+//! part of a stream is harmless.
 
 use redis::{Cmd, Script};
 
+use super::cache::{TileCache, Written};
 use super::events::EntityEvents;
 use super::layout::{
     decode_positions, encode_positions, TileError, TileLayout, POSITIONS_FIELD, TILES_FIELD,
@@ -17,15 +19,15 @@ use crate::source::Offset;
 
 /// Writes each entity's tiles if its version is still the one read, atomically per call.
 /// KEYS: the entities' hashes; ARGV[1] the expiry in ms (0: none), then per key the version
-/// read (`''`: none), the positions and the tiles. Returns per key 1 when written, 0 when
-/// the version had changed.
+/// read (`''`: none), the version to write, the positions and the tiles. Returns per key 1
+/// when written, 0 when the version had changed.
 const UPDATE_LUA: &str = r"
 local expiry, out = tonumber(ARGV[1]), {}
 for k = 1, #KEYS do
-  local a = 2 + (k - 1) * 3
+  local a = 2 + (k - 1) * 4
   local v = redis.call('HGET', KEYS[k], '_v')
   if (v or '') == ARGV[a] then
-    redis.call('HSET', KEYS[k], '_v', (tonumber(v) or 0) + 1, '_p', ARGV[a + 1], '_t', ARGV[a + 2])
+    redis.call('HSET', KEYS[k], '_v', ARGV[a + 1], '_p', ARGV[a + 2], '_t', ARGV[a + 3])
     if expiry > 0 then redis.call('PEXPIRE', KEYS[k], expiry) end
     out[k] = 1
   else
@@ -62,13 +64,16 @@ pub struct UpdateOutcome {
     pub conflicts: usize,
     /// Entities whose stored tiles could not be read: they start from empty tiles.
     pub unreadable: usize,
+    /// Entity updates that started from the copy this sink last wrote, without a read.
+    pub cached: usize,
 }
 
 /// Applies `entities`' events to their tiles at time `now` (ms since 1970: tiles no later
-/// read covers are dropped), keeping each hash `expiry_ms` after the update.
+/// read covers are dropped), keeping each hash `expiry_ms` after the update. An entity whose
+/// copy `cache` keeps is not read first; the written hashes are kept there.
 pub async fn update_tiles(
     connection: &mut RedisConnection,
-    script: &Script,
+    (script, cache): (&Script, &mut TileCache),
     layout: &TileLayout,
     entities: &[EntityEvents],
     (now, expiry_ms): (i64, i64),
@@ -80,13 +85,43 @@ pub async fn update_tiles(
         .collect();
     let mut outcome = UpdateOutcome::default();
     let mut pending: Vec<&EntityEvents> = entities.iter().collect();
+    // A copy is trusted in the first round only: an entity that lost the race is read.
+    let mut first_round = true;
     while !pending.is_empty() {
-        let reads: Vec<Cmd> = pending.iter().map(|e| read_command(&e.key)).collect();
-        let replies: Vec<Vec<Option<Vec<u8>>>> = connection.query_all(reads).await?;
+        let copies: Vec<Option<Written>> = pending
+            .iter()
+            .map(|e| first_round.then(|| cache.take(&e.key)).flatten())
+            .collect();
+        let reads: Vec<Cmd> = pending
+            .iter()
+            .zip(&copies)
+            .filter(|(_, copy)| copy.is_none())
+            .map(|(e, _)| read_command(&e.key))
+            .collect();
+        let mut replies = if reads.is_empty() {
+            Vec::new()
+        } else {
+            connection.query_all::<Vec<Option<Vec<u8>>>>(reads).await?
+        }
+        .into_iter();
         let mut writes = Vec::with_capacity(pending.len());
         let mut written = Vec::with_capacity(pending.len());
-        for (entity, reply) in pending.iter().zip(replies) {
-            let (version, mut positions, mut tiles) = match stored(layout, &entity.key, reply) {
+        for (entity, copy) in pending.iter().zip(copies) {
+            let reply = match copy {
+                Some(_) => Vec::new(),
+                None => replies.next().unwrap_or_default(),
+            };
+            let fields = match &copy {
+                Some(copy) => {
+                    outcome.cached += 1;
+                    [&copy.version, &copy.positions, &copy.tiles].map(|f| Some(f.as_slice()))
+                }
+                None => {
+                    let mut read = reply.iter().map(Option::as_deref);
+                    [(); 3].map(|()| read.next().flatten())
+                }
+            };
+            let (version, mut positions, mut tiles) = match stored(layout, &entity.key, fields) {
                 Ok(stored) => stored,
                 Err((version, e)) => {
                     tracing::error!(error = %e, "stored tiles are unreadable; the entity starts from empty tiles");
@@ -106,17 +141,23 @@ pub async fn update_tiles(
             if applied.applied + applied.late == 0 {
                 // Every event is held already: nothing to write.
                 outcome.events.already_held += applied.already_held;
+                if let Some(copy) = copy {
+                    cache.put(entity.key.clone(), copy);
+                }
                 continue;
             }
             for (spec, tiles) in specs.iter().zip(tiles.iter_mut()) {
                 tiles.evict(spec, now);
             }
-            writes.push((
-                entity.key.as_str(),
-                version,
-                encode_positions(&positions),
-                layout.encode(&tiles),
-            ));
+            writes.push(EntityWrite {
+                key: entity.key.as_str(),
+                read_version: version,
+                written: Written {
+                    version: cache.next_version(),
+                    positions: encode_positions(&positions),
+                    tiles: layout.encode(&tiles),
+                },
+            });
             written.push((*entity, applied));
         }
         let per_call = if connection.is_cluster() {
@@ -131,11 +172,13 @@ pub async fn update_tiles(
         let answers: Vec<Vec<i64>> = connection.invoke_all_replies(script, &calls).await?;
         let answers: Vec<i64> = answers.into_iter().flatten().collect();
         let mut lost = Vec::new();
-        for ((entity, applied), answer) in written.into_iter().zip(answers) {
+        for (((entity, applied), answer), write) in written.into_iter().zip(answers).zip(writes) {
             if answer == 0 {
                 // Another writer updated it since the read: its counts are the next round's.
+                cache.remove(&entity.key);
                 lost.push(entity);
             } else {
+                cache.put(entity.key.clone(), write.written);
                 outcome.events.applied += applied.applied;
                 outcome.events.late += applied.late;
                 outcome.events.already_held += applied.already_held;
@@ -143,6 +186,7 @@ pub async fn update_tiles(
         }
         outcome.conflicts += lost.len();
         pending = lost;
+        first_round = false;
     }
     Ok(outcome)
 }
@@ -150,22 +194,21 @@ pub async fn update_tiles(
 /// An entity's version, positions and tiles.
 type Stored = (Vec<u8>, AppliedPositions<Offset>, Vec<Tiles>);
 
-/// The version, positions and tiles an entity's hash holds (`reply` to
-/// [`read_command`]); on unreadable bytes, the version (to overwrite them) and why.
+/// The version, positions and tiles an entity's hash holds (its fields, as
+/// [`read_command`] reads them); on unreadable bytes, the version (to overwrite them) and
+/// why.
 fn stored(
     layout: &TileLayout,
     key: &str,
-    reply: Vec<Option<Vec<u8>>>,
+    [version, positions, tiles]: [Option<&[u8]>; 3],
 ) -> Result<Stored, (Vec<u8>, TileError)> {
-    let mut values = reply.into_iter();
-    let version = values.next().flatten().unwrap_or_default();
-    let positions = match values.next().flatten() {
-        Some(bytes) => decode_positions(key, &bytes).map_err(|e| (version.clone(), e))?,
+    let version = version.map(<[u8]>::to_vec).unwrap_or_default();
+    let positions = match positions {
+        Some(bytes) => decode_positions(key, bytes).map_err(|e| (version.clone(), e))?,
         None => AppliedPositions::default(),
     };
-    let tiles_value = values.next().flatten();
     let tiles = layout
-        .decode(key, tiles_value.as_deref())
+        .decode(key, tiles)
         .map_err(|e| (version.clone(), e))?;
     Ok((version, positions, tiles))
 }
@@ -181,19 +224,27 @@ fn read_command(key: &str) -> Cmd {
     command
 }
 
-/// An entity's update: its hash, the version read, the positions and tiles to write.
-type Write<'a> = (&'a str, Vec<u8>, Vec<u8>, Vec<u8>);
+/// An entity's update: its hash, the version read, and what to write.
+struct EntityWrite<'a> {
+    key: &'a str,
+    read_version: Vec<u8>,
+    written: Written,
+}
 
 /// The script call writing the entities of `writes` whose version is still the one read.
-fn write_command(script: &Script, expiry_ms: i64, writes: &[Write<'_>]) -> Cmd {
+fn write_command(script: &Script, expiry_ms: i64, writes: &[EntityWrite<'_>]) -> Cmd {
     let mut call = redis::cmd("EVALSHA");
     call.arg(script.get_hash()).arg(writes.len());
-    for (key, ..) in writes {
-        call.arg(*key);
+    for write in writes {
+        call.arg(write.key);
     }
     call.arg(expiry_ms.max(0));
-    for (_, version, positions, tiles) in writes {
-        call.arg(version).arg(positions).arg(tiles);
+    for write in writes {
+        let written = &write.written;
+        call.arg(&write.read_version)
+            .arg(&written.version)
+            .arg(&written.positions)
+            .arg(&written.tiles);
     }
     call
 }

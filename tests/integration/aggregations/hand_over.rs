@@ -170,3 +170,37 @@ async fn a_hand_over_that_delivers_newer_messages_first_counts_every_event_once(
     second.write(batch(10..=29, now)).await.expect("write");
     assert_eq!(orders_of_u(&url, &unordered).await, Output::Int(25));
 }
+
+#[tokio::test]
+async fn a_replica_whose_copy_of_the_tiles_went_stale_reads_them_again() {
+    let url = redis_url();
+    let now = chrono::Utc::now().timestamp_millis();
+    let builder = TileSinkBuilder {
+        service: serde_saphyr::from_str(&format!("url: {url}\n")).expect("service"),
+        key_prefix: format!("stale-{}", uuid::Uuid::new_v4().simple()),
+        aggregations: vec![orders_per_day()],
+        future_skew_ms: 60_000,
+    };
+    let first_cursor = Arc::new(Cursor(Mutex::new(0)));
+    // The first replica writes 0..=4 and keeps what it wrote.
+    let mut first = replica(&builder, Some(first_cursor.clone())).await;
+    first.write(batch(0..=4, now)).await.expect("write");
+    // The hash is deleted, and another replica writes 5..=12 from scratch.
+    let layout = TileLayout::new(&builder.key_prefix, "orders", builder.aggregations.clone());
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: i64 = connection
+        .del(layout.key(&["u".to_string()]))
+        .await
+        .expect("DEL");
+    let mut second = replica(&builder, Some(Arc::new(Cursor(Mutex::new(5))))).await;
+    second.write(batch(5..=12, now)).await.expect("write");
+    assert_eq!(orders_of_u(&url, &builder).await, Output::Int(8));
+    // The first replica's copy (5 orders) is stale: its next event counts on top of Redis's 8.
+    *first_cursor.0.lock().expect("lock") = 13;
+    first.write(batch(13..=13, now)).await.expect("write");
+    assert_eq!(orders_of_u(&url, &builder).await, Output::Int(9));
+}
