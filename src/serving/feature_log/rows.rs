@@ -1,9 +1,10 @@
 //! The logged table of a view: its columns, and served rows turned into them.
 //!
 //! Values are the ones the answer gave (Feast's JSON of the stored value, see
-//! [`ValueStyle::Feast`]), typed as the view's offline table types the feature: numbers,
-//! booleans and strings as such, bytes decoded from base64, timestamps from the answer's
-//! epoch seconds, lists and records through their JSON.
+//! [`ValueStyle::Feast`]; an aggregated feature's value worked out from its tiles at the
+//! request's time), typed as the view's offline table types the feature: numbers, booleans
+//! and strings as such, bytes decoded from base64, timestamps from the answer's epoch
+//! seconds, lists and records through their JSON.
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use super::LoggedRequest;
 use crate::delta::{canonical, column_type, LayoutError};
 use crate::redis::feast::{decode_scalar, Scalar};
 use crate::redis::LayoutKind;
+use crate::serving::aggregated::output_json;
 use crate::serving::{FeatureView, ValueStyle};
 
 /// The request time (microseconds, UTC).
@@ -110,18 +112,25 @@ pub fn to_batch(
                     statuses.append_null();
                     continue;
                 };
-                match row
-                    .found
-                    .event_time_ms
-                    .and(row.found.value(position, feature))
-                {
-                    None => values.append(None),
-                    Some(raw) => {
-                        let stored_type = view.features.get(feature).map(|(_, t)| t);
-                        if !values.append_stored(view.layout, stored_type, raw) {
-                            let value = Some(view.decode(feature, raw, ValueStyle::Feast))
-                                .filter(|value| !value.is_null());
-                            values.append(value.as_ref());
+                if let Some(output) = row.found.aggregated(position) {
+                    // Worked out from the tiles at the request's time, as the answer gave it.
+                    let value = Some(output_json(output, ValueStyle::Typed))
+                        .filter(|value| !value.is_null());
+                    values.append(value.as_ref());
+                } else {
+                    match row
+                        .found
+                        .event_time_ms
+                        .and(row.found.value(position, feature))
+                    {
+                        None => values.append(None),
+                        Some(raw) => {
+                            let stored_type = view.features.get(feature).map(|(_, t)| t);
+                            if !values.append_stored(view.layout, stored_type, raw) {
+                                let value = Some(view.decode(feature, raw, ValueStyle::Feast))
+                                    .filter(|value| !value.is_null());
+                                values.append(value.as_ref());
+                            }
                         }
                     }
                 }

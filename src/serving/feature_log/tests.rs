@@ -10,6 +10,7 @@ use arrow::datatypes::{DataType, Field, Int64Type};
 
 use super::rows::{log_schema, to_batch};
 use super::*;
+use crate::aggregate::{Datum, Output};
 use crate::redis::LayoutKind;
 use crate::serving::FeatureLoggingConfig;
 
@@ -220,4 +221,52 @@ fn served_rows_become_typed_table_rows_with_their_statuses() {
     let first = counts.as_list::<i32>().value(0);
     assert_eq!(first.as_primitive::<Int64Type>().values(), &[1, -2]);
     assert!(counts.is_null(1));
+}
+
+#[test]
+fn aggregated_features_are_logged_as_the_answer_worked_them_out() {
+    let view = view();
+    let schema = log_schema(&view).unwrap();
+    // An entity with tiles and no stored row: its aggregated features still have values.
+    let mut found = Found::read(None, vec![None, None]);
+    found.set_aggregated(vec![
+        Some(Output::List(vec![Datum::Int(3), Datum::Int(4)])),
+        Some(Output::Int(7)),
+    ]);
+    let mut empty = Found::read(None, vec![None, None]);
+    empty.set_aggregated(vec![Some(Output::List(Vec::new())), Some(Output::Null)]);
+    let request = LoggedRequest {
+        view: 0,
+        request_id: Arc::from("r-2"),
+        log_time_us: 1_789_034_400_000_000,
+        // Asked: counts, clicks, both worked out from tiles here.
+        features: vec![4, 0],
+        statuses: vec![vec!["PRESENT", "PRESENT"], vec!["PRESENT", "PRESENT"]],
+        rows: vec![
+            LoggedRow {
+                index: 0,
+                keys: vec!["u1".into()],
+                found,
+            },
+            LoggedRow {
+                index: 1,
+                keys: vec!["u2".into()],
+                found: empty,
+            },
+        ],
+    };
+    let batch = to_batch(&view, &schema, &[request]).unwrap();
+    let clicks = batch.column_by_name("clicks").unwrap();
+    let clicks = clicks.as_any().downcast_ref::<Int64Array>().unwrap();
+    assert_eq!((clicks.value(0), clicks.is_null(1)), (7, true));
+    let counts = batch
+        .column_by_name("counts")
+        .unwrap()
+        .as_list::<i32>()
+        .clone();
+    assert_eq!(
+        counts.value(0).as_primitive::<Int64Type>().values(),
+        &[3, 4]
+    );
+    assert_eq!(counts.value(1).len(), 0, "an empty last_k is an empty list");
 }
