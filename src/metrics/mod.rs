@@ -69,6 +69,22 @@ pub struct AggregationLabels {
     pub outcome: &'static str,
 }
 
+/// A histogram of latencies: 0.5 ms … ~65 s, four buckets per doubling (a p99 of 9 ms and
+/// one of 15 ms fall in different buckets; with one bucket per doubling both read "≤ 16 ms").
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2f64.powf(0.25), 69))
+}
+
+/// Labels of the aggregations' update phases.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpdatePhaseLabels {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// `read` (the tiles' round trip), `apply` (decoding, applying, encoding in the
+    /// process) or `write` (the script calls' round trip).
+    pub phase: &'static str,
+}
+
 /// Labels of per-pipeline metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PipelineLabels {
@@ -109,6 +125,8 @@ pub struct Metrics {
     /// Messages the aggregations held back behind a gap in their stream (a hand-over that
     /// delivered newer messages first) until the gap was filled or done.
     pub aggregation_held_messages: Family<PipelineLabels, Counter>,
+    /// Time of each phase of the aggregations' tile updates, one sample per batch and phase.
+    pub aggregation_update_seconds: Family<UpdatePhaseLabels, Histogram>,
     /// The table version the sink last saw.
     pub offline_table_version: Family<PipelineLabels, Gauge>,
     /// Requests to the offline store, by operation and target.
@@ -257,14 +275,15 @@ impl Metrics {
             "Bytes of the Parquet files committed to the offline store",
             parquet_bytes_written.clone(),
         );
-        // 0.5 ms … ~65 s, four buckets per doubling: a p99 of 9 ms and one of 15 ms fall in
-        // different buckets (with one bucket per doubling both read "≤ 16 ms").
-        let latency = || {
-            Family::<LaneLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.0005, 2f64.powf(0.25), 69))
-            })
-        };
+        let latency = || Family::<LaneLabels, Histogram>::new_with_constructor(latency_histogram);
         let sink_write_seconds = latency();
+        let aggregation_update_seconds =
+            Family::<UpdatePhaseLabels, Histogram>::new_with_constructor(latency_histogram);
+        registry.register(
+            "aggregation_update_seconds",
+            "Each phase of the aggregations' tile updates: read, apply or write",
+            aggregation_update_seconds.clone(),
+        );
         let freshness_event_time_seconds = latency();
         let freshness_publish_time_seconds = latency();
         registry.register(
@@ -368,6 +387,7 @@ impl Metrics {
             aggregation_events,
             aggregation_update_conflicts,
             aggregation_held_messages,
+            aggregation_update_seconds,
             offline_table_version,
             offline_store_requests,
         }

@@ -14,7 +14,7 @@ use super::events::{add_released, entity_events, take_held, EntityEvents, HeldMe
 use super::layout::TileLayout;
 use super::update::{update_script, update_tiles, UpdateOutcome};
 use crate::aggregate::Aggregation;
-use crate::metrics::{AggregationLabels, Metrics, PipelineLabels};
+use crate::metrics::{AggregationLabels, Metrics, PipelineLabels, UpdatePhaseLabels};
 use crate::record::{RowBatch, RowLayout};
 use crate::redis::{RedisClient, RedisConnection, RedisProbe, RedisServiceConfig};
 use crate::retry::Backoff;
@@ -175,6 +175,22 @@ impl TileSink {
                         outcome: label,
                     })
                     .inc_by(n as u64);
+            }
+        }
+        let phases = &outcome.phases;
+        for (phase, took) in [
+            ("read", phases.read),
+            ("apply", Some(phases.apply)),
+            ("write", Some(phases.write)),
+        ] {
+            if let Some(took) = took {
+                self.metrics
+                    .aggregation_update_seconds
+                    .get_or_create(&UpdatePhaseLabels {
+                        pipeline: self.pipeline.clone(),
+                        phase,
+                    })
+                    .observe(took.as_secs_f64());
             }
         }
         if outcome.conflicts > 0 {

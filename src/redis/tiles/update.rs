@@ -5,6 +5,8 @@
 //! entity's update is atomic, so its tiles and positions always agree, and a replay of any
 //! part of a stream is harmless.
 
+use std::time::{Duration, Instant};
+
 use redis::{Cmd, Script};
 
 use super::cache::{TileCache, Written};
@@ -66,6 +68,20 @@ pub struct UpdateOutcome {
     pub unreadable: usize,
     /// Entity updates that started from the copy this sink last wrote, without a read.
     pub cached: usize,
+    /// Time spent waiting for reads (`None`: nothing was read), applying in the process,
+    /// and waiting for the writes.
+    pub phases: UpdatePhases,
+}
+
+/// Where an update's time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpdatePhases {
+    /// The tiles' reads (`None`: every entity started from a copy).
+    pub read: Option<Duration>,
+    /// Decoding, applying and encoding in the process.
+    pub apply: Duration,
+    /// The script calls.
+    pub write: Duration,
 }
 
 /// Applies `entities`' events to their tiles at time `now` (ms since 1970: tiles no later
@@ -98,12 +114,16 @@ pub async fn update_tiles(
             .filter(|(_, copy)| copy.is_none())
             .map(|(e, _)| read_command(&e.key))
             .collect();
+        let started = Instant::now();
         let mut replies = if reads.is_empty() {
             Vec::new()
         } else {
-            connection.query_all::<Vec<Option<Vec<u8>>>>(reads).await?
+            let replies = connection.query_all::<Vec<Option<Vec<u8>>>>(reads).await?;
+            *outcome.phases.read.get_or_insert_default() += started.elapsed();
+            replies
         }
         .into_iter();
+        let started = Instant::now();
         let mut writes = Vec::with_capacity(pending.len());
         let mut written = Vec::with_capacity(pending.len());
         for (entity, copy) in pending.iter().zip(copies) {
@@ -169,7 +189,10 @@ pub async fn update_tiles(
             .chunks(per_call)
             .map(|chunk| write_command(script, expiry_ms, chunk))
             .collect();
+        outcome.phases.apply += started.elapsed();
+        let started = Instant::now();
         let answers: Vec<Vec<i64>> = connection.invoke_all_replies(script, &calls).await?;
+        outcome.phases.write += started.elapsed();
         let answers: Vec<i64> = answers.into_iter().flatten().collect();
         let mut lost = Vec::new();
         for (((entity, applied), answer), write) in written.into_iter().zip(answers).zip(writes) {
