@@ -22,24 +22,24 @@ def metrics(url):
         return r.read().decode()
 
 
-def bucket_counts(text, name):
-    """Per (sink, upper bound) of histogram `name`, its cumulative count."""
+def bucket_counts(text, name, label):
+    """Per (value of `label`, upper bound) of histogram `name`, its cumulative count."""
     counts = {}
     for line in text.splitlines():
         m = re.match(rf'{name}_bucket\{{(.*)\}} (\d+)', line)
         if m:
-            sink = re.search(r'sink="([^"]+)"', m.group(1)).group(1)
+            sink = re.search(rf'{label}="([^"]+)"', m.group(1)).group(1)
             le = re.search(r'le="([^"]+)"', m.group(1)).group(1)
             counts[(sink, float(le))] = int(m.group(2))
     return counts
 
 
-def quantiles(before, after, name, qs):
-    """Per sink of histogram `name`, over the samples between the `before` and `after`
-    scrapes: (count, {q: upper bound in s of the bucket holding quantile q})."""
-    start = bucket_counts(before, name)
+def quantiles(before, after, name, qs, label="sink"):
+    """Per value of `label` of histogram `name`, over the samples between the `before` and
+    `after` scrapes: (count, {q: upper bound in s of the bucket holding quantile q})."""
+    start = bucket_counts(before, name, label)
     buckets = {}
-    for (sink, le), n in bucket_counts(after, name).items():
+    for (sink, le), n in bucket_counts(after, name, label).items():
         buckets.setdefault(sink, []).append((le, n - start.get((sink, le), 0)))
     out = {}
     for sink, pairs in buckets.items():
@@ -109,6 +109,16 @@ def main():
     for label, scrapes in (("without aggregations", plain), ("with 5 aggregations x 3 windows", aggregated)):
         for sink, (count, values) in sorted(quantiles(*scrapes, "feature_connector_sink_write_seconds", qs).items()):
             print(f"| {label} | {sink} | {count:,} | " + " | ".join(f"{values[q] * 1000:.3g}" for q in qs) + " |")
+    phases = quantiles(*aggregated, "feature_connector_aggregation_update_seconds", qs, label="phase")
+    print("\nThe aggregations' write by phase (`feature_connector_aggregation_update_seconds`: `read` the "
+          "tiles' round trip when some entity had no copy, `apply` decoding, applying and encoding, "
+          "`write` the script calls' round trip).\n")
+    print("| phase | samples | p50 ≤ ms | p99 ≤ ms | p99.9 ≤ ms |")
+    print("|---|---:|---:|---:|---:|")
+    for phase in ("read", "apply", "write"):
+        if phase in phases:
+            count, values = phases[phase]
+            print(f"| {phase} | {count:,} | " + " | ".join(f"{values[q] * 1000:.3g}" for q in qs) + " |")
     online = rows[0][1].get("online")
     aggregated = rows[1][1].get("aggregations")
     if online and aggregated:
