@@ -78,7 +78,7 @@ def main():
     parser.add_argument("--entities", type=int, default=100_000)
     parser.add_argument("--drain-events", type=int, default=12_000_000,
                         help="long enough that an audit at the default interval (1m) falls inside the drain")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="0: the audit commands only, no ingest")
     parser.add_argument("--stress-interval", default="5s")
     args = parser.parse_args()
     ensure_namespace()
@@ -93,14 +93,19 @@ def main():
         drain(topic, "audit", offline, args.events, {})
         print(f"## audit ({args.events:,} events over {args.entities:,} entities, "
               f"{os.cpu_count()} cores)\n")
-        print("| command | entities | outcomes | wall s | CPU s | peak RSS MB |")
-        print("|---|---:|---|---:|---:|---:|")
+        print("| command | entities | outcomes | features compared: values, differing | wall s | CPU s | peak RSS MB |")
+        print("|---|---:|---|---|---:|---:|---:|")
         for sample in ("all", "10000"):
             report, seconds, cpu, rss = audit(offline, sample, env)
             outcomes = ", ".join(f"{k} {v:,}" for k, v in report["outcomes"].items() if v)
-            print(f"| `audit --sample {sample}` | {report['entities']:,} | {outcomes} | "
+            features = [f for f in report["features"] if f["compared"]]
+            compared = (f"{len(features)}: {sum(f['compared'] for f in features):,}, "
+                        f"{sum(f['mismatches'] for f in features):,}")
+            print(f"| `audit --sample {sample}` | {report['entities']:,} | {outcomes} | {compared} | "
                   f"{seconds:.2f} | {cpu:.2f} | {rss:.0f} |")
         print()
+        if args.rounds == 0:
+            return
 
         drain_topic = f"persistent://public/bench/audit-drain-{uuid.uuid4().hex[:8]}"
         log(f"publishing the ingest backlog: {args.drain_events:,} events")
