@@ -24,6 +24,10 @@ use super::skipped::SkippedEntries;
 /// How long a "not done" answer stands before the source is asked about the same stream again.
 const ASK_AGAIN_AFTER: Duration = Duration::from_millis(500);
 
+/// How long a stream's messages may wait behind a gap before an operator is told (and then
+/// again every as long while they still wait): a hand-over fills its gap within seconds.
+const WARN_AFTER: Duration = Duration::from_secs(60);
+
 /// Per stream, what is known applied and what waits behind a gap.
 pub struct InOrder<T> {
     streams: FxHashMap<Arc<str>, StreamRun<T>>,
@@ -42,6 +46,8 @@ struct StreamRun<T> {
     held: VecDeque<(MessagePosition, Payload<T>)>,
     /// When the source last said the entries before the first held message are not done.
     refused_at: Option<Instant>,
+    /// Since when messages have been held without a break, and when that was last logged.
+    held_since: Option<(Instant, Instant)>,
 }
 
 /// What is kept of a held message.
@@ -59,6 +65,7 @@ impl<T> Default for StreamRun<T> {
             through: None,
             held: VecDeque::new(),
             refused_at: None,
+            held_since: None,
         }
     }
 }
@@ -182,14 +189,19 @@ impl<T: Default> InOrder<T> {
                     }
                     Ok(false) => {
                         run.refused_at = Some(Instant::now());
+                        run.warn_if_long(stream, "the entries before them are not acknowledged");
                         break;
                     }
                     Err(e) => {
                         tracing::debug!(stream = %stream, error = %e, "cannot tell whether a gap is done; asking again");
                         run.refused_at = Some(Instant::now());
+                        run.warn_if_long(stream, &e.to_string());
                         break;
                     }
                 }
+            }
+            if run.held.is_empty() {
+                run.held_since = None;
             }
         }
         released
@@ -197,6 +209,22 @@ impl<T: Default> InOrder<T> {
 }
 
 impl<T> StreamRun<T> {
+    /// Tells the operator, at most every [`WARN_AFTER`], that messages have waited that long.
+    fn warn_if_long(&mut self, stream: &str, why: &str) {
+        let now = Instant::now();
+        let (since, logged) = *self.held_since.get_or_insert((now, now));
+        if now.duration_since(since) >= WARN_AFTER && now.duration_since(logged) >= WARN_AFTER {
+            self.held_since = Some((since, now));
+            tracing::warn!(
+                stream,
+                held = self.held.len(),
+                waited_s = now.duration_since(since).as_secs(),
+                why,
+                "messages wait behind a gap in their stream and are neither applied nor acknowledged"
+            );
+        }
+    }
+
     /// Whether the message at `position` may be applied now (recording it as applied).
     fn admit(&mut self, position: &MessagePosition) -> bool {
         let offset = position.offset;
