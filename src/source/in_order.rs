@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use super::position::{continues_key, stream_runs, MessagePosition, Offset, WHOLE_ENTRY};
+use super::position::{between_entries, continues_key, stream_runs, MessagePosition, Offset};
 use super::skipped::SkippedEntries;
 
 /// How long a "not done" answer stands before the source is asked about the same stream again.
@@ -283,12 +283,6 @@ impl<T> StreamRun<T> {
     }
 }
 
-/// Whether a gap lies between whole entries (`through` ends a complete entry and `next`
-/// starts one): only then can the source vouch for the entries between.
-fn between_entries(through: Offset, next: Offset) -> bool {
-    (through.2 == WHOLE_ENTRY || through.2 < 0) && next.2 <= 0
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -296,7 +290,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::source::SkippedEntriesError;
+    use crate::source::{SkippedEntriesError, WHOLE_ENTRY};
 
     /// A source whose subscription has every entry below `done` acknowledged.
     #[derive(Default)]

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 
 pub use self::in_order::InOrder;
 pub use self::position::{
-    continues_key, distinct_streams, same_stream, stream_runs, MessagePosition, OfflineOrigins,
-    Offset, Origin, StreamNames, WHOLE_ENTRY,
+    between_entries, continues_key, distinct_streams, same_stream, stream_runs, MessagePosition,
+    OfflineOrigins, Offset, Origin, StreamNames, WHOLE_ENTRY,
 };
 pub use self::skipped::{SkippedEntries, SkippedEntriesError};
 

@@ -92,6 +92,13 @@ pub fn continues_key(run_end: Offset, next: Offset) -> bool {
     }
 }
 
+/// Whether a gap lies between whole entries (the run ending at `run_end` ends with a
+/// complete entry and `next` starts one): only then is it a run of missing entries the
+/// source can vouch for ([`super::SkippedEntries`]).
+pub fn between_entries(run_end: Offset, next: Offset) -> bool {
+    (run_end.2 == WHOLE_ENTRY || run_end.2 < 0) && next.2 <= 0
+}
+
 /// Which messages' rows the offline table takes in a replicated namespace
 /// (messages with an [`Origin`]); other sinks take every message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

@@ -10,18 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::gaps::AcceptedGap;
-use crate::delta::table::positions::{continues_key, WHOLE_ENTRY};
+use crate::delta::table::positions::continues_key;
 use crate::delta::{CommittedPositions, MessageKey};
-use crate::source::SkippedEntries;
+use crate::source::{between_entries, SkippedEntries};
 
 /// How long a "not skipped" answer stands before the same gap is asked about again.
 const ASK_AGAIN_AFTER: Duration = Duration::from_secs(1);
-
-/// Whether a gap lies between whole entries (the run ends with a complete entry and the next
-/// message starts one): only then is it a run of missing entries the source can vouch for.
-fn between_entries(at: MessageKey, next: MessageKey) -> bool {
-    (at.2 == WHOLE_ENTRY || at.2 < 0) && next.2 <= 0
-}
 
 /// The gaps known to be skipped by the source, and the source to ask about new ones.
 #[derive(Default)]
@@ -143,6 +137,7 @@ impl GapBridge {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::WHOLE_ENTRY;
     use crate::source::{Offset, SkippedEntriesError};
     use async_trait::async_trait;
     use std::sync::Mutex;
