@@ -195,6 +195,14 @@ impl PulsarSkippedEntries {
         let stats = self.admin.internal_stats(stream_topic(stream)).await?;
         CursorAcks::from_internal_stats(&stats, &self.subscription)
     }
+
+    /// [`Self::cursor`], failing as the source's answers fail.
+    async fn stream_cursor(&self, stream: &str) -> Result<CursorAcks, SkippedEntriesError> {
+        self.cursor(stream).await.map_err(|e| SkippedEntriesError {
+            stream: stream.to_string(),
+            source: Box::new(e),
+        })
+    }
 }
 
 #[async_trait]
@@ -207,10 +215,7 @@ impl SkippedEntries for PulsarSkippedEntries {
         if gaps.is_empty() {
             return Ok(Vec::new());
         }
-        let acks = self.cursor(stream).await.map_err(|e| SkippedEntriesError {
-            stream: stream.to_string(),
-            source: Box::new(e),
-        })?;
+        let acks = self.stream_cursor(stream).await?;
         Ok(gaps
             .iter()
             .map(
@@ -223,10 +228,7 @@ impl SkippedEntries for PulsarSkippedEntries {
     }
 
     async fn done_before(&self, stream: &str, first: Offset) -> Result<bool, SkippedEntriesError> {
-        let acks = self.cursor(stream).await.map_err(|e| SkippedEntriesError {
-            stream: stream.to_string(),
-            source: Box::new(e),
-        })?;
+        let acks = self.stream_cursor(stream).await?;
         Ok(entry_position(first).is_some_and(|first| acks.covers_before(first)))
     }
 }
