@@ -84,12 +84,16 @@ impl<T> std::fmt::Debug for InOrder<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InOrder")
             .field("streams", &self.streams.len())
-            .field(
-                "held",
-                &self.streams.values().map(|s| s.held.len()).sum::<usize>(),
-            )
+            .field("held", &self.held())
             .field("probe", &self.probe.is_some())
             .finish()
+    }
+}
+
+impl<T> InOrder<T> {
+    /// Messages held back.
+    pub fn held(&self) -> usize {
+        self.streams.values().map(|s| s.held.len()).sum()
     }
 }
 
@@ -98,11 +102,6 @@ impl<T: Default> InOrder<T> {
     /// comes (nothing can tell a gap that fills from one that does not).
     pub fn set_probe(&mut self, probe: Arc<dyn SkippedEntries>) {
         self.probe = Some(probe);
-    }
-
-    /// Messages held back.
-    pub fn held(&self) -> usize {
-        self.streams.values().map(|s| s.held.len()).sum()
     }
 
     /// How many messages were held behind a gap after an applied run (a stream's first
@@ -120,9 +119,9 @@ impl<T: Default> InOrder<T> {
         positions: &[MessagePosition],
         payloads: impl FnOnce(&[bool]) -> FxHashMap<usize, T>,
     ) -> Vec<bool> {
-        let Some(_) = self.probe else {
+        if self.probe.is_none() {
             return vec![true; positions.len()];
-        };
+        }
         let mut ready = Vec::with_capacity(positions.len());
         let mut holding = false;
         // Looked up once per run of one stream: batches mostly hold one.
