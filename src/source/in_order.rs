@@ -199,9 +199,6 @@ impl<T: Default> InOrder<T> {
                     }
                 }
             }
-            if run.held.is_empty() {
-                run.held_since = None;
-            }
         }
         released
     }
@@ -249,8 +246,9 @@ impl<T> StreamRun<T> {
                 true
             }
             _ => {
-                // A new first held message: a new question for the source.
+                // A new first held message: a new question for the source, a new wait.
                 self.refused_at = None;
+                self.held_since = None;
                 false
             }
         }
@@ -454,6 +452,25 @@ mod tests {
         assert_eq!(admit(&mut order, &at("p", 20..=21)), vec![20, 21]);
         assert_eq!(admit(&mut order, &at("p", 10..=10)), vec![10]);
         assert!(order.release().await.is_empty());
+    }
+
+    #[test]
+    fn a_wait_emptied_by_a_rewind_does_not_count_towards_the_next_one() {
+        let mut run: StreamRun<()> = StreamRun::default();
+        let message = |entry| MessagePosition {
+            topic: "p".into(),
+            offset: (7, entry, -1),
+            entry_size: None,
+            origin: None,
+        };
+        assert!(!run.admit(&message(20)));
+        run.held.push_back((message(20), Payload::Kept(())));
+        let long_ago = Instant::now() - WARN_AFTER;
+        run.held_since = Some((long_ago, long_ago));
+        // The rewind drops what was held; the first message after it starts a new wait.
+        assert!(!run.admit(&message(10)));
+        assert!(run.held.is_empty());
+        assert_eq!(run.held_since, None);
     }
 
     #[test]
