@@ -250,9 +250,6 @@ impl Sink for TileSink {
     }
 
     async fn tick(&mut self) -> Result<Vec<MessagePosition>, SinkError> {
-        if self.order.held() == 0 {
-            return Ok(Vec::new());
-        }
         let mut entities = Vec::new();
         let durable = self.released(&mut entities).await;
         self.apply(&entities).await?;

@@ -66,8 +66,6 @@ pub struct UpdateOutcome {
     pub conflicts: usize,
     /// Entities whose stored tiles could not be read: they start from empty tiles.
     pub unreadable: usize,
-    /// Entity updates that started from the copy this sink last wrote, without a read.
-    pub cached: usize,
     /// Time spent waiting for reads (`None`: nothing was read), applying in the process,
     /// and waiting for the writes.
     pub phases: UpdatePhases,
@@ -133,7 +131,6 @@ pub async fn update_tiles(
             };
             let fields = match &copy {
                 Some(copy) => {
-                    outcome.cached += 1;
                     [&copy.version, &copy.positions, &copy.tiles].map(|f| Some(f.as_slice()))
                 }
                 None => {
