@@ -112,25 +112,24 @@ pub fn to_batch(
                     statuses.append_null();
                     continue;
                 };
-                if let Some(output) = row.found.aggregated(position) {
-                    // Worked out from the tiles at the request's time, as the answer gave it.
-                    let value = Some(output_json(output, ValueStyle::Typed))
-                        .filter(|value| !value.is_null());
-                    values.append(value.as_ref());
-                } else {
-                    match row
-                        .found
-                        .event_time_ms
-                        .and(row.found.value(position, feature))
-                    {
-                        None => values.append(None),
-                        Some(raw) => {
-                            let stored_type = view.features.get(feature).map(|(_, t)| t);
-                            if !values.append_stored(view.layout, stored_type, raw) {
-                                let value = Some(view.decode(feature, raw, ValueStyle::Feast))
-                                    .filter(|value| !value.is_null());
-                                values.append(value.as_ref());
-                            }
+                let stored = row
+                    .found
+                    .event_time_ms
+                    .and(row.found.value(position, feature));
+                match (row.found.aggregated(position), stored) {
+                    (Some(output), _) => {
+                        // Worked out from the tiles at the request's time, as answered.
+                        let value = Some(output_json(output, ValueStyle::Typed))
+                            .filter(|value| !value.is_null());
+                        values.append(value.as_ref());
+                    }
+                    (None, None) => values.append(None),
+                    (None, Some(raw)) => {
+                        let stored_type = view.features.get(feature).map(|(_, t)| t);
+                        if !values.append_stored(view.layout, stored_type, raw) {
+                            let value = Some(view.decode(feature, raw, ValueStyle::Feast))
+                                .filter(|value| !value.is_null());
+                            values.append(value.as_ref());
                         }
                     }
                 }
