@@ -49,6 +49,11 @@ def quantiles(before, after, name, qs, label="sink"):
     return out
 
 
+def percentiles(values, qs):
+    """Table cells of `values` ({q: seconds}) in ms, in the order of `qs`."""
+    return " | ".join(f"{values[q] * 1000:.3g}" for q in qs)
+
+
 def run_once(args, aggregations):
     """One connector run over a new topic while the producer sends: its metrics text before
     and after the timed part, and the producer's closing line."""
@@ -90,8 +95,8 @@ def main():
     name = "feature_connector_freshness_publish_time_seconds"
     *plain, plain_produced = run_once(args, "[]")
     *aggregated, agg_produced = run_once(args, AGGREGATIONS)
-    rows = [("without aggregations", quantiles(*plain, name, qs)),
-            ("with 5 aggregations x 3 windows", quantiles(*aggregated, name, qs))]
+    runs = (("without aggregations", plain), ("with 5 aggregations x 3 windows", aggregated))
+    rows = [(label, quantiles(*scrapes, name, qs)) for label, scrapes in runs]
     print(f"# Aggregations freshness, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
     print(f"`bench/aggregations_freshness.py --events {args.events} --rate {args.rate}`: the bench pipeline "
           f"(online, offline; shared delivery), dist build, run without and then with the aggregations, "
@@ -101,14 +106,14 @@ def main():
     print("|---|---|---:|---:|---:|---:|")
     for label, found in rows:
         for sink, (count, values) in sorted(found.items()):
-            print(f"| {label} | {sink} | {count:,} | " + " | ".join(f"{values[q] * 1000:.3g}" for q in qs) + " |")
+            print(f"| {label} | {sink} | {count:,} | " + percentiles(values, qs) + " |")
     print("\nWhere the time goes: each sink's write (`feature_connector_sink_write_seconds`, one sample per "
           "write call, a batch or merged batches) over the same timed part.\n")
     print("| run | sink | writes | p50 ≤ ms | p99 ≤ ms | p99.9 ≤ ms |")
     print("|---|---|---:|---:|---:|---:|")
-    for label, scrapes in (("without aggregations", plain), ("with 5 aggregations x 3 windows", aggregated)):
+    for label, scrapes in runs:
         for sink, (count, values) in sorted(quantiles(*scrapes, "feature_connector_sink_write_seconds", qs).items()):
-            print(f"| {label} | {sink} | {count:,} | " + " | ".join(f"{values[q] * 1000:.3g}" for q in qs) + " |")
+            print(f"| {label} | {sink} | {count:,} | " + percentiles(values, qs) + " |")
     phases = quantiles(*aggregated, "feature_connector_aggregation_update_seconds", qs, label="phase")
     print("\nThe aggregations' write by phase (`feature_connector_aggregation_update_seconds`: `read` the "
           "tiles' round trip when some entity had no copy, `apply` decoding, applying and encoding, "
@@ -118,11 +123,11 @@ def main():
     for phase in ("read", "apply", "write"):
         if phase in phases:
             count, values = phases[phase]
-            print(f"| {phase} | {count:,} | " + " | ".join(f"{values[q] * 1000:.3g}" for q in qs) + " |")
+            print(f"| {phase} | {count:,} | " + percentiles(values, qs) + " |")
     online = rows[0][1].get("online")
-    aggregated = rows[1][1].get("aggregations")
-    if online and aggregated:
-        verdict = "holds" if aggregated[1][0.99] <= online[1][0.99] else "does not hold"
+    tiles = rows[1][1].get("aggregations")
+    if online and tiles:
+        verdict = "holds" if tiles[1][0.99] <= online[1][0.99] else "does not hold"
         print(f"\nAggregations sink p99 within the online sink's p99 without aggregations (same histogram "
               f"bucket or lower): **{verdict}**.")
 
