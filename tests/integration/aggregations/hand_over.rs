@@ -106,6 +106,16 @@ fn entries(durable: &[MessagePosition]) -> Vec<u64> {
     durable.iter().map(|p| p.offset.1).collect()
 }
 
+/// The orders-per-day tile sink on Redis `url`, under a new key prefix starting `prefix`.
+fn tile_sink(url: &str, prefix: &str) -> TileSinkBuilder {
+    TileSinkBuilder {
+        service: serde_saphyr::from_str(&format!("url: {url}\n")).expect("service"),
+        key_prefix: format!("{prefix}-{}", uuid::Uuid::new_v4().simple()),
+        aggregations: vec![orders_per_day()],
+        future_skew_ms: 60_000,
+    }
+}
+
 /// A replica's aggregations sink; `cursor` `None`: one that cannot tell what is done.
 async fn replica(builder: &TileSinkBuilder, cursor: Option<Arc<Cursor>>) -> Box<dyn Sink> {
     let mut sink = builder.build(&context()).await.expect("sink");
@@ -134,12 +144,7 @@ async fn orders_of_u(url: &str, builder: &TileSinkBuilder) -> Output {
 async fn a_hand_over_that_delivers_newer_messages_first_counts_every_event_once() {
     let url = redis_url();
     let now = chrono::Utc::now().timestamp_millis();
-    let builder = |prefix: &str| TileSinkBuilder {
-        service: serde_saphyr::from_str(&format!("url: {url}\n")).expect("service"),
-        key_prefix: format!("{prefix}-{}", uuid::Uuid::new_v4().simple()),
-        aggregations: vec![orders_per_day()],
-        future_skew_ms: 60_000,
-    };
+    let builder = |prefix: &str| tile_sink(&url, prefix);
 
     // The first replica applies entries 0..=14; the subscription has 0..=9 acknowledged.
     let cursor = Arc::new(Cursor(Mutex::new(0)));
@@ -175,12 +180,7 @@ async fn a_hand_over_that_delivers_newer_messages_first_counts_every_event_once(
 async fn a_replica_whose_copy_of_the_tiles_went_stale_reads_them_again() {
     let url = redis_url();
     let now = chrono::Utc::now().timestamp_millis();
-    let builder = TileSinkBuilder {
-        service: serde_saphyr::from_str(&format!("url: {url}\n")).expect("service"),
-        key_prefix: format!("stale-{}", uuid::Uuid::new_v4().simple()),
-        aggregations: vec![orders_per_day()],
-        future_skew_ms: 60_000,
-    };
+    let builder = tile_sink(&url, "stale");
     let first_cursor = Arc::new(Cursor(Mutex::new(0)));
     // The first replica writes 0..=4 and keeps what it wrote.
     let mut first = replica(&builder, Some(first_cursor.clone())).await;
