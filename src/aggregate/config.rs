@@ -16,7 +16,15 @@ use crate::yaml::recover::closest;
 use crate::yaml::{issue_at, ConfigIssue, Spanned};
 
 /// The function names a pipeline file may use.
-const FUNCTIONS: &[&str] = &["count", "sum", "avg", "min", "max", "last_k"];
+const FUNCTIONS: &[&str] = &[
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "last_k",
+    "approx_distinct",
+];
 
 /// The largest `k` of `last_k`: its values are kept per hop in the entity's tiles.
 pub const MAX_K: u32 = 100;
@@ -63,8 +71,8 @@ impl Aggregation {
     }
 
     /// The Arrow type of its features' values: integers for counts and for sums, minimums
-    /// and maximums of integers; floats for means and for those of floats; a list of the
-    /// column's values for `last_k`.
+    /// and maximums of integers and for distinct values; floats for means and for those of
+    /// floats; a list of the column's values for `last_k`.
     pub fn output_type(&self) -> DataType {
         let column = match self.kind {
             Kind::Float => DataType::Float64,
@@ -73,7 +81,7 @@ impl Aggregation {
             Kind::Int | Kind::Other => DataType::Int64,
         };
         match self.spec.function() {
-            Function::Count => DataType::Int64,
+            Function::Count | Function::ApproxDistinct => DataType::Int64,
             Function::Avg => DataType::Float64,
             Function::LastK(_) => DataType::new_list(column, true),
             Function::Sum | Function::Min | Function::Max => column,
@@ -169,6 +177,7 @@ fn function_of(
         "avg" => Function::Avg,
         "min" => Function::Min,
         "max" => Function::Max,
+        "approx_distinct" => Function::ApproxDistinct,
         "last_k" => {
             let Some(k) = &config.k else {
                 issues.push(issue_at(
@@ -258,7 +267,7 @@ fn column_check(
         Function::Sum | Function::Avg | Function::Min | Function::Max => {
             matches!(kind, Kind::Int | Kind::Float)
         }
-        Function::LastK(_) => kind != Kind::Other,
+        Function::LastK(_) | Function::ApproxDistinct => kind != Kind::Other,
     };
     if !takes {
         issues.push(issue_at(
@@ -270,7 +279,9 @@ fn column_check(
                 function.name(),
                 column.value,
                 match function {
-                    Function::Count | Function::LastK(_) => " (numbers, strings and booleans only)",
+                    Function::Count | Function::LastK(_) | Function::ApproxDistinct => {
+                        " (numbers, strings and booleans only)"
+                    }
                     _ => " (numbers only)",
                 }
             ),
@@ -411,7 +422,7 @@ mod tests {
              - {name: d, function: count, windows: [1d]}\n",
         );
         let expected = [
-            "p.yaml:2: key `aggregations[0].function`: unknown function `cnt`; did you mean `count`? (one of count, sum, avg, min, max, last_k)",
+            "p.yaml:2: key `aggregations[0].function`: unknown function `cnt`; did you mean `count`? (one of count, sum, avg, min, max, last_k, approx_distinct)",
             "p.yaml:3: key `aggregations[1].column`: sum cannot take `item_id` of type Utf8 (numbers only)",
             "p.yaml:4: key `aggregations[2].column`: the schema has no field `amout_eur`; did you mean `amount_eur`?",
             "p.yaml:5: key `aggregations[3].windows[0]`: a window of 2m is shorter than its hop of 5m; the shortest window is 5m",

@@ -1,5 +1,6 @@
-//! Windowed aggregations of a pipeline's events: counts, sums, means, extremes and the
-//! newest values over windows of event time, kept as tiles and read at any time.
+//! Windowed aggregations of a pipeline's events: counts, sums, means, extremes, the newest
+//! values and estimated distinct values over windows of event time, kept as tiles and read
+//! at any time.
 //!
 //! The rules, which the online tiles and the offline point-in-time computation share:
 //!
@@ -25,6 +26,7 @@ mod function;
 mod point_in_time;
 mod replay;
 mod rows;
+mod sketch;
 mod tiles;
 mod window;
 
@@ -38,5 +40,6 @@ pub use function::{empty_output, Datum, Function, OrderKey, Output, State};
 pub use point_in_time::{value_at, values_at_times};
 pub use replay::{is_future, AppliedPositions, ReplayOutcome};
 pub use rows::{longest_hop_ms, longest_reach_ms, AggregatedColumns};
+pub use sketch::Sketch;
 pub use tiles::{AggregationSpec, Applied, Event, Tiles};
 pub use window::{duration_name, hop_for, tile_start, Window, WindowError, MAX_WINDOW_MS};

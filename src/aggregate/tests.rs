@@ -78,6 +78,7 @@ fn tiles_read_what_the_raw_events_give_at_every_time() {
         Function::Min,
         Function::Max,
         Function::LastK(5),
+        Function::ApproxDistinct,
     ];
     let mut random = Random(7);
     let span = 45 * DAY;

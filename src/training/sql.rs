@@ -105,6 +105,11 @@ pub fn training_sql(
                 Function::Avg => format!("avg({value}) FILTER (WHERE {covers})"),
                 Function::Min => format!("min({value}) FILTER (WHERE {covers})"),
                 Function::Max => format!("max({value}) FILTER (WHERE {covers})"),
+                // The exact count: ours is an estimate of it, within the sketch's error.
+                // (An engine's own sketch is another estimate, not ours.)
+                Function::ApproxDistinct => {
+                    format!("count(DISTINCT {value}) FILTER (WHERE {covers})")
+                }
                 Function::LastK(k) => match dialect {
                     Dialect::Duckdb => format!(
                         "coalesce(list({value} ORDER BY e.fc_et DESC, e.fc_pt DESC) FILTER (WHERE {covers} AND {value} IS NOT NULL), [])[1:{k}]"

@@ -74,6 +74,9 @@ pub fn expected(orders: &[Order], user: &str, t: i64) -> BTreeMap<String, Value>
             let mean =
                 (!amounts.is_empty()).then(|| amounts.iter().sum::<f64>() / amounts.len() as f64);
             out.insert("avg_amount_1d".into(), json!(mean));
+            let items: std::collections::BTreeSet<&str> =
+                mine.iter().map(|o| o.item.as_str()).collect();
+            out.insert("distinct_items_1d".into(), json!(items.len()));
             mine.sort_by_key(|o| std::cmp::Reverse(o.at));
             let last: Vec<&str> = mine.iter().take(3).map(|o| o.item.as_str()).collect();
             out.insert("last_items_1d".into(), json!(last));
@@ -82,8 +85,17 @@ pub fn expected(orders: &[Order], user: &str, t: i64) -> BTreeMap<String, Value>
     out
 }
 
-/// Floats within 1e-9 relative; everything else exactly.
-pub fn same(got: &Value, want: &Value) -> bool {
+/// Floats within 1e-9 relative; estimated distinct counts (`distinct_*`, against the exact
+/// count) within 3 or 8 %, some seven standard errors of the sketch at those sizes;
+/// everything else exactly.
+pub fn same(feature: &str, got: &Value, want: &Value) -> bool {
+    if let (true, Some(g), Some(w)) = (
+        feature.starts_with("distinct_"),
+        got.as_i64(),
+        want.as_i64(),
+    ) {
+        return (g - w).abs() <= 3.max(w * 8 / 100);
+    }
     match (got.as_f64(), want.as_f64()) {
         (Some(g), Some(w)) if got.is_f64() || want.is_f64() => {
             (g - w).abs() <= 1e-9 * w.abs().max(1.0)
@@ -92,8 +104,8 @@ pub fn same(got: &Value, want: &Value) -> bool {
     }
 }
 
-/// Writes the project's `orders` pipeline (JSON payloads; count, sum, avg, max and last_k
-/// over 1 h and 1 d) with the `offline` section given; returns its online key prefix.
+/// Writes the project's `orders` pipeline (JSON payloads; count, sum, avg, max, last_k and
+/// approx_distinct over 1 h and 1 d) with the `offline` section given; returns its online key prefix.
 pub fn write_orders_pipeline(project: &Project, offline: &str) -> String {
     project.schema_file("orders.avsc", SCHEMA);
     let prefix = unique("agg");
@@ -107,7 +119,8 @@ pub fn write_orders_pipeline(project: &Project, offline: &str) -> String {
          \x20 - {{name: spend, function: sum, column: amount, windows: [1h, 1d]}}\n\
          \x20 - {{name: avg_amount, function: avg, column: amount, windows: [1d]}}\n\
          \x20 - {{name: max_qty, function: max, column: qty, windows: [1h, 1d]}}\n\
-         \x20 - {{name: last_items, function: last_k, k: 3, column: item, windows: [1d]}}\n",
+         \x20 - {{name: last_items, function: last_k, k: 3, column: item, windows: [1d]}}\n\
+         \x20 - {{name: distinct_items, function: approx_distinct, column: item, windows: [1d]}}\n",
         topic = project.topic,
     );
     std::fs::write(project.path().join("connectors/orders.yaml"), yaml).expect("pipeline");

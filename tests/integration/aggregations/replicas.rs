@@ -106,7 +106,7 @@ async fn replicas_killed_mid_stream_count_every_event_once() {
             for (feature, want) in &want {
                 let got = &body["features"][feature];
                 assert!(
-                    same(got, want),
+                    same(feature, got, want),
                     "{user} {feature}: served {got}, the events give {want}"
                 );
             }
@@ -147,7 +147,7 @@ async fn replicas_killed_mid_stream_count_every_event_once() {
         for (feature, want) in expected(&orders, user, t) {
             let got = row.get(&feature).unwrap_or(&serde_json::Value::Null);
             assert!(
-                same(got, &want),
+                same(&feature, got, &want),
                 "table: {user} {feature} = {got}, the events give {want}"
             );
         }
@@ -182,6 +182,7 @@ async fn replicas_killed_mid_stream_count_every_event_once() {
         "avg_amount_1d",
         "max_qty_1h",
         "last_items_1d",
+        "distinct_items_1d",
     ] {
         assert_eq!(
             compared(&report, feature),

@@ -33,7 +33,7 @@ async fn assert_served(project: &Project, orders: &[Order], users: &[String]) {
             for (feature, want) in &want {
                 let got = &body["features"][feature];
                 assert!(
-                    same(got, want),
+                    same(feature, got, want),
                     "{user} {feature}: served {got}, the events give {want}"
                 );
             }

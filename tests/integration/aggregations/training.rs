@@ -131,7 +131,7 @@ async fn training_rows_equal_the_events_point_in_time_and_duckdb_agrees() {
         for (feature, want) in truth(user, *t) {
             let got = row.get(&feature).unwrap_or(&Value::Null);
             assert!(
-                same(got, &want),
+                same(&feature, got, &want),
                 "{user} at {t}: {feature} = {got}, the events give {want}"
             );
         }
@@ -176,7 +176,7 @@ async fn training_rows_equal_the_events_point_in_time_and_duckdb_agrees() {
         for (feature, want) in truth(user, *t) {
             let got = row.get(&feature).unwrap_or(&Value::Null);
             assert!(
-                same(got, &want),
+                same(&feature, got, &want),
                 "DuckDB: {user} at {t}: {feature} = {got}, the events give {want}"
             );
         }
