@@ -187,6 +187,19 @@ impl State {
                     Function::LastK(k) => k,
                     _ => usize::MAX,
                 };
+                if let [one] = b.as_slice() {
+                    // One value, as each event brings: put in place among the newest (the
+                    // values are newest first), unless held already or too old to keep.
+                    match a.binary_search_by(|held| one.0.cmp(&held.0)) {
+                        Ok(_) => {}
+                        Err(at) if at < k => {
+                            a.insert(at, one.clone());
+                            a.truncate(k);
+                        }
+                        Err(_) => {}
+                    }
+                    return;
+                }
                 a.extend(b.iter().cloned());
                 a.sort_by_key(|entry| std::cmp::Reverse(entry.0));
                 a.dedup_by(|x, y| x.0 == y.0);
@@ -336,6 +349,33 @@ mod tests {
             a.output(f),
             Output::List(vec![Datum::Int(70), Datum::Int(50), Datum::Int(30)])
         );
+    }
+
+    #[test]
+    fn newest_values_merged_one_by_one_are_those_merged_at_once() {
+        let f = Function::LastK(4);
+        let mut seed = 11u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (seed >> 40) as i64 % 30
+        };
+        let singles: Vec<State> = (0..200)
+            .map(|i| State::of(f, Some(&Datum::Int(i)), (next(), 0)).expect("value"))
+            .collect();
+        let mut one_by_one = singles[0].clone();
+        for state in &singles[1..] {
+            one_by_one.merge(f, state);
+        }
+        let all: Vec<(OrderKey, Datum)> = singles
+            .iter()
+            .flat_map(|s| match s {
+                State::Newest(values) => values.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut at_once = singles[0].clone();
+        at_once.merge(f, &State::Newest(all));
+        assert_eq!(one_by_one, at_once);
     }
 
     #[test]
