@@ -17,6 +17,7 @@ pub mod spine;
 pub mod sql;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use arrow::error::ArrowError;
@@ -135,15 +136,28 @@ pub async fn values_at(
             .partitioned_by_ingest
             .then(|| from.saturating_sub(skew)),
     });
+    let started = Instant::now();
     let files = table.active_files().await?;
     let (events, read) = scan_events(table, files, plan.clone()).await?;
     let event_count = events.iter().map(EventRows::len).sum();
+    tracing::debug!(
+        files = read.files_read,
+        rows = read.rows_read,
+        events = event_count,
+        seconds = started.elapsed().as_secs_f64(),
+        "read the events of the entities asked"
+    );
     let entities = plan.entities.len();
     let times = times.to_vec();
+    let started = Instant::now();
     let values = tokio::task::spawn_blocking(move || {
         compute(&aggregations, &times, &entity_of_row, entities, events)
     })
     .await??;
+    tracing::debug!(
+        seconds = started.elapsed().as_secs_f64(),
+        "computed the values point in time"
+    );
     Ok(PointInTime {
         values,
         read,

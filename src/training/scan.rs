@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::error::ArrowError;
 use futures::StreamExt;
 use rustc_hash::FxHashMap;
@@ -81,7 +81,7 @@ pub struct ScanCount {
 /// The wanted rows of one record batch, as compact as the file had them: per row its
 /// entity's number and times, and the aggregated columns of those rows only.
 pub struct EventRows {
-    /// Per row, its entity's number in the plan's [`EntityIndex`].
+    /// Per row, its entity's number in the plan's [`EntityIndex`] (none once gathered).
     pub entity: Vec<u32>,
     /// Per row, its publish time (its event time for rows written before the table kept
     /// publish times), in ms.
@@ -93,41 +93,75 @@ pub struct EventRows {
 impl EventRows {
     /// How many rows.
     pub fn len(&self) -> usize {
-        self.entity.len()
+        self.publish_time.len()
     }
 
     /// `true` when it holds no row.
     pub fn is_empty(&self) -> bool {
-        self.entity.is_empty()
+        self.publish_time.is_empty()
     }
 
-    /// The rows of `parts` in the order `order` lists them (part, row), as one: an
-    /// entity's events side by side, so that replaying them reads memory in order.
-    pub fn gather(parts: &[EventRows], order: &[(usize, usize)]) -> Result<EventRows, ArrowError> {
-        let pick = |of: fn(&EventRows) -> &Vec<i64>| -> Vec<i64> {
-            order
-                .iter()
-                .map(|&(part, row)| of(&parts[part])[row])
-                .collect()
-        };
-        let aggregations = parts.first().map_or(0, |p| p.values.len());
-        let columns = (0..aggregations)
-            .map(|index| {
-                let arrays: Option<Vec<&dyn Array>> =
-                    parts.iter().map(|p| p.values.array(index)).collect();
-                arrays
-                    .map(|arrays| arrow::compute::interleave(&arrays, order))
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>, ArrowError>>()?;
+    /// Rows made up by a test: entity numbers, publish and event times, and per
+    /// aggregation its column (`None`: a count).
+    #[cfg(test)]
+    pub fn of_parts(
+        entity: Vec<u32>,
+        publish_time: Vec<i64>,
+        event_time: Vec<i64>,
+        columns: &[Option<ArrayRef>],
+    ) -> Result<EventRows, ArrowError> {
         Ok(EventRows {
-            entity: order
-                .iter()
-                .map(|&(part, row)| parts[part].entity[row])
-                .collect(),
-            publish_time: pick(|p| &p.publish_time),
-            event_time: pick(|p| &p.event_time),
-            values: AggregatedColumns::of_arrays(&columns)?,
+            entity,
+            publish_time,
+            event_time,
+            values: AggregatedColumns::of_arrays(columns)?,
+        })
+    }
+
+    /// The rows `refs` name (publish time, part, row) in their order, as one: an entity's
+    /// events side by side, so that replaying them reads memory in order. The entity numbers
+    /// are left out (the caller knows where each entity's rows are). Each column is gathered
+    /// on a thread of its own: the reads are random and the columns independent, so the
+    /// cores' memory loads overlap.
+    pub fn gather(parts: &[EventRows], refs: &[(i64, u32, u32)]) -> Result<EventRows, ArrowError> {
+        let order: Vec<(usize, usize)> = refs
+            .iter()
+            .map(|&(_, part, row)| (part as usize, row as usize))
+            .collect();
+        let aggregations = parts.first().map_or(0, |p| p.values.len());
+        std::thread::scope(|scope| {
+            let order = &order;
+            let event_time = scope.spawn(move || {
+                order
+                    .iter()
+                    .map(|&(part, row)| parts[part].event_time[row])
+                    .collect::<Vec<i64>>()
+            });
+            let columns: Vec<_> = (0..aggregations)
+                .map(|index| {
+                    scope.spawn(move || {
+                        let arrays: Option<Vec<&dyn Array>> =
+                            parts.iter().map(|p| p.values.array(index)).collect();
+                        arrays
+                            .map(|arrays| arrow::compute::interleave(&arrays, order))
+                            .transpose()
+                    })
+                })
+                .collect();
+            let publish_time = refs.iter().map(|&(published, _, _)| published).collect();
+            let joined = |what: &str| {
+                ArrowError::ComputeError(format!("the thread gathering {what} panicked"))
+            };
+            let columns = columns
+                .into_iter()
+                .map(|column| column.join().map_err(|_| joined("a column"))?)
+                .collect::<Result<Vec<_>, ArrowError>>()?;
+            Ok(EventRows {
+                entity: Vec::new(),
+                publish_time,
+                event_time: event_time.join().map_err(|_| joined("event times"))?,
+                values: AggregatedColumns::of_arrays(&columns)?,
+            })
         })
     }
 
@@ -175,7 +209,9 @@ pub async fn scan_events(
         }
     }
     // No row filter: the keys decide which rows are wanted, and a filter would decode them
-    // twice; the other columns are few and cheap next to the key text.
+    // twice; the other columns are few and cheap next to the key text. The files' rows come
+    // back in the table's order, so that events published in the same millisecond replay
+    // in the same order every time.
     let mut reads = futures::stream::iter(wanted)
         .map(|file| {
             let plan = plan.clone();
@@ -194,7 +230,7 @@ pub async fn scan_events(
                 },
             )
         })
-        .buffer_unordered(FILES_AT_ONCE);
+        .buffered(FILES_AT_ONCE);
     let mut all = Vec::new();
     while let Some(read) = reads.next().await {
         let (mut rows, read) = read?;
@@ -212,22 +248,40 @@ fn wanted_rows(batch: &RecordBatch, plan: &ScanPlan) -> Result<EventRows, ArrowE
             .map(|k| column(batch, k))
             .collect::<Result<Vec<_>, _>>()?,
     )?;
+    // One text key, the usual case, is looked up as it is, not copied first.
+    let single_text_key = match plan.keys.as_slice() {
+        [only] => column(batch, only)?.as_string_opt::<i32>(),
+        _ => None,
+    };
     let time = column(batch, &plan.event_time)?;
     let published = batch.column_by_name(PUBLISH_TIME_COLUMN);
     let (from, until) = plan.event_times;
-    let mut kept = Vec::new();
-    let (mut entity, mut event_time, mut publish_time) = (Vec::new(), Vec::new(), Vec::new());
+    // Sized for every row: most rows of a table are usually wanted, and growing the
+    // vectors row by row costs more than the memory a batch's worth of them holds briefly.
+    let rows = batch.num_rows();
+    let mut kept = Vec::with_capacity(rows);
+    let (mut entity, mut event_time, mut publish_time) = (
+        Vec::with_capacity(rows),
+        Vec::with_capacity(rows),
+        Vec::with_capacity(rows),
+    );
     let mut key = String::new();
-    for row in 0..batch.num_rows() {
+    for row in 0..rows {
         let Some(at) = event_time_millis(time, row).filter(|at| (from..until).contains(at)) else {
             continue;
         };
         if keys.has_null(row) {
             continue;
         }
-        key.clear();
-        keys.append(row, KEY_SEPARATOR, &mut key)?;
-        let Some(number) = plan.entities.number(&key) else {
+        let number = match single_text_key {
+            Some(texts) => plan.entities.number(texts.value(row)),
+            None => {
+                key.clear();
+                keys.append(row, KEY_SEPARATOR, &mut key)?;
+                plan.entities.number(&key)
+            }
+        };
+        let Some(number) = number else {
             continue;
         };
         kept.push(u32::try_from(row).unwrap_or(u32::MAX));
@@ -239,6 +293,10 @@ fn wanted_rows(batch: &RecordBatch, plan: &ScanPlan) -> Result<EventRows, ArrowE
                 .unwrap_or(at),
         );
     }
+    for vector in [&mut event_time, &mut publish_time] {
+        vector.shrink_to_fit();
+    }
+    entity.shrink_to_fit();
     let kept = UInt32Array::from(kept);
     let columns = plan
         .aggregations
