@@ -115,12 +115,12 @@ def main():
         for sink, (count, values) in sorted(quantiles(*scrapes, "feature_connector_sink_write_seconds", qs).items()):
             print(f"| {label} | {sink} | {count:,} | " + percentiles(values, qs) + " |")
     phases = quantiles(*aggregated, "feature_connector_aggregation_update_seconds", qs, label="phase")
-    print("\nThe aggregations' write by phase (`feature_connector_aggregation_update_seconds`: `read` the "
-          "tiles' round trip when some entity had no copy, `apply` decoding, applying and encoding, "
-          "`write` the script calls' round trip).\n")
+    print("\nThe aggregations' write by phase (`feature_connector_aggregation_update_seconds`: `apply` "
+          "decoding, applying and encoding, `write` the script calls' round trip, `redo` the entities whose "
+          "hash was not what the sink started from, applied and written again).\n")
     print("| phase | samples | p50 ≤ ms | p99 ≤ ms | p99.9 ≤ ms |")
     print("|---|---:|---:|---:|---:|")
-    for phase in ("read", "apply", "write"):
+    for phase in ("apply", "write", "redo"):
         if phase in phases:
             count, values = phases[phase]
             print(f"| {phase} | {count:,} | " + percentiles(values, qs) + " |")

@@ -80,8 +80,8 @@ fn latency_histogram() -> Histogram {
 pub struct UpdatePhaseLabels {
     /// Pipeline name.
     pub pipeline: String,
-    /// `read` (the tiles' round trip), `apply` (decoding, applying, encoding in the
-    /// process) or `write` (the script calls' round trip).
+    /// `apply` (decoding, applying, encoding in the process), `write` (the script calls'
+    /// round trip) or `redo` (entities whose hash was not what the update started from).
     pub phase: &'static str,
 }
 
@@ -281,7 +281,7 @@ impl Metrics {
             Family::<UpdatePhaseLabels, Histogram>::new_with_constructor(latency_histogram);
         registry.register(
             "aggregation_update_seconds",
-            "Each phase of the aggregations' tile updates: read, apply or write",
+            "Each phase of the aggregations' tile updates: apply, write or redo",
             aggregation_update_seconds.clone(),
         );
         let freshness_event_time_seconds = latency();

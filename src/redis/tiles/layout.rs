@@ -9,7 +9,7 @@
 //!   changed definition starts from empty tiles rather than misreading old ones.
 //! - `_p`: per stream, the position of the newest event the tiles hold, one line each
 //!   (`{stream} {segment}:{entry}:{index}`), so that a redelivered event is not applied twice.
-//! - `_v`: a counter raised by every update, which an update checks to be the one it read.
+//! - `_v`: a token unique to every write, which an update checks to be the one it started from.
 
 use arrow::datatypes::DataType;
 

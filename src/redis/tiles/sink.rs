@@ -179,9 +179,9 @@ impl TileSink {
         }
         let phases = &outcome.phases;
         for (phase, took) in [
-            ("read", phases.read),
             ("apply", Some(phases.apply)),
             ("write", Some(phases.write)),
+            ("redo", phases.redo),
         ] {
             if let Some(took) = took {
                 self.metrics
@@ -192,6 +192,12 @@ impl TileSink {
                     })
                     .observe(took.as_secs_f64());
             }
+        }
+        if outcome.found_stored > 0 {
+            tracing::debug!(
+                entities = outcome.found_stored,
+                "entities without a copy in the sink were stored already: applied again from the store"
+            );
         }
         if outcome.conflicts > 0 {
             self.metrics
