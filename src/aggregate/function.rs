@@ -260,7 +260,7 @@ pub fn empty_output(function: Function, float_column: bool) -> Output {
     }
 }
 
-/// The hash `approx_distinct` counts a value by: [`hash_bytes`] of an integer's 8
+/// The hash `approx_distinct` counts a value by: `hash_bytes` of an integer's 8
 /// little-endian bytes, a float's bit pattern (−0 as 0), a string's UTF-8, a boolean's one
 /// byte. Stored tiles depend on it: a change makes old tiles count values twice.
 pub fn distinct_hash(value: &Datum) -> u64 {

@@ -21,14 +21,14 @@ pub const SPARSE_LIMIT: usize = REGISTERS / 4;
 /// The registers of a HyperLogLog sketch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sketch {
-    /// The registers set, as (index, value), by index; at most [`SPARSE_LIMIT`].
+    /// The registers set, as (index, value), by index; at most `SPARSE_LIMIT`.
     Sparse(Vec<(u16, u8)>),
     /// Every register.
     Dense(Box<[u8]>),
 }
 
 impl Sketch {
-    /// The sketch of one value, given its hash ([`hash_bytes`] of its bytes).
+    /// The sketch of one value, given its hash (`hash_bytes` of its bytes).
     pub fn of_hash(hash: u64) -> Sketch {
         let (index, rank) = register_of(hash);
         Sketch::Sparse(vec![(index, rank)])
